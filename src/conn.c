@@ -1,0 +1,949 @@
+/*-------------------------------------------------------------------------
+ *
+ * conn.c
+ *		The worker's Redis connections: a hiredis adapter for PostgreSQL's
+ *		WaitEventSet, and the life cycle of each connection.
+ *
+ * A server has two hiredis async connections: one for commands and one for
+ * pub/sub (a subscribed connection cannot run scripts).  Both sockets sit
+ * in one WaitEventSet with the worker's latch and postmaster death, so the
+ * worker sleeps in exactly one place.
+ *
+ * hiredis 0.14.1 calls its adapter hooks to say which socket events it
+ * wants; the hooks only record the wish, and rlock_conn_wait() turns it
+ * into ModifyWaitEvent calls before sleeping.  When hiredis frees a context
+ * (error, EOF, or our own rlock_conn_drop) its cleanup hook marks the set
+ * for rebuilding, as PostgreSQL 15 cannot remove an event from a set.
+ *
+ * hiredis has no timeouts of its own in this version, so each connection
+ * keeps a deadline for connecting and for its handshake, and the worker
+ * drops a connection whose oldest command has waited longer than
+ * rlock.command_timeout.  Reconnection uses exponential back-off from 50 ms,
+ * capped at one second.  A host name is resolved with getaddrinfo_a(),
+ * which signals completion with SIGUSR2, so the worker never blocks on DNS.
+ *
+ * Replies reach the worker through hiredis callbacks.  Those never raise an
+ * error (that would longjmp out of hiredis) and never free a context; a
+ * callback that finds a connection unusable sets "failed", and the main
+ * loop drops the connection after hiredis has returned.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/conn.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <signal.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+
+#include "miscadmin.h"
+#include "storage/fd.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "rlock.h"
+
+#define RLOCK_BACKOFF_MIN_MS	50
+#define RLOCK_BACKOFF_MAX_MS	1000
+
+typedef struct RlockServer
+{
+	/* the settings this server was set up with */
+	char	   *host;
+	int			port;
+	char	   *unix_socket;
+	int			database;
+	char	   *username;
+	char	   *password_file;
+	char		address[NI_MAXHOST + 16];	/* for messages */
+
+	/* resolution of a host name that is not a numeric address */
+	bool		resolving;
+	bool		resolve_stale;	/* settings changed while resolving */
+	struct gaicb gai;
+	struct addrinfo gai_hints;
+	char		gai_name[NI_MAXHOST];
+	char		resolved[INET6_ADDRSTRLEN];	/* empty if none */
+	char		resolve_error[RLOCK_DETAIL_LEN];
+
+	RlockConn	cmd;
+	RlockConn	sub;
+} RlockServer;
+
+RlockServer *rlock_server = NULL;
+
+static WaitEventSet *wait_set = NULL;
+static bool wait_set_stale = true;
+
+static void rlock_conn_start(RlockConn *conn, TimestampTz now);
+static void rlock_conn_closed(RlockConn *conn);
+
+RlockConn *
+rlock_cmd_conn(void)
+{
+	return &rlock_server->cmd;
+}
+
+RlockConn *
+rlock_sub_conn(void)
+{
+	return &rlock_server->sub;
+}
+
+const char *
+rlock_server_address(void)
+{
+	return rlock_server->address;
+}
+
+RlockCmd *
+rlock_cmd_new(RlockCmdType type)
+{
+	RlockCmd   *cmd = MemoryContextAllocZero(TopMemoryContext,
+											 sizeof(RlockCmd));
+
+	cmd->type = type;
+	return cmd;
+}
+
+void
+rlock_cmd_free(RlockCmd *cmd)
+{
+	if (cmd->holds != NULL)
+		pfree(cmd->holds);
+	pfree(cmd);
+}
+
+/*---- the hiredis adapter hooks: record what hiredis wants ----*/
+
+static void
+rlock_ev_add_read(void *privdata)
+{
+	((RlockConn *) privdata)->want |= WL_SOCKET_READABLE;
+}
+
+static void
+rlock_ev_del_read(void *privdata)
+{
+	((RlockConn *) privdata)->want &= ~WL_SOCKET_READABLE;
+}
+
+static void
+rlock_ev_add_write(void *privdata)
+{
+	((RlockConn *) privdata)->want |= WL_SOCKET_WRITEABLE;
+}
+
+static void
+rlock_ev_del_write(void *privdata)
+{
+	((RlockConn *) privdata)->want &= ~WL_SOCKET_WRITEABLE;
+}
+
+/*
+ * hiredis is freeing the context: the socket is gone.
+ */
+static void
+rlock_ev_cleanup(void *privdata)
+{
+	RlockConn  *conn = (RlockConn *) privdata;
+
+	conn->ac = NULL;
+	conn->want = 0;
+	conn->pos = -1;
+	wait_set_stale = true;
+	rlock_conn_closed(conn);
+}
+
+/*---- settings and setup ----*/
+
+static char *
+rlock_strdup(const char *s)
+{
+	return MemoryContextStrdup(TopMemoryContext, s ? s : "");
+}
+
+static void
+rlock_server_configure(RlockServer *srv)
+{
+	srv->host = rlock_strdup(rlock_host);
+	srv->port = rlock_port;
+	srv->unix_socket = rlock_strdup(rlock_unix_socket);
+	srv->database = rlock_database;
+	srv->username = rlock_strdup(rlock_username);
+	srv->password_file = rlock_strdup(rlock_password_file);
+	if (srv->unix_socket[0] != '\0')
+		snprintf(srv->address, sizeof(srv->address), "unix:%s",
+				 srv->unix_socket);
+	else if (strchr(srv->host, ':') != NULL)
+		snprintf(srv->address, sizeof(srv->address), "[%s]:%d",
+				 srv->host, srv->port);
+	else
+		snprintf(srv->address, sizeof(srv->address), "%s:%d",
+				 srv->host, srv->port);
+	srv->resolved[0] = '\0';
+	srv->resolve_error[0] = '\0';
+	srv->resolve_stale = srv->resolving;
+}
+
+static void
+rlock_conn_setup(RlockConn *conn, RlockServer *srv, const char *role,
+				 bool subscriber)
+{
+	memset(conn, 0, sizeof(RlockConn));
+	conn->role = role;
+	conn->subscriber = subscriber;
+	conn->server = srv;
+	conn->state = RLOCK_CONN_DOWN;
+	conn->pos = -1;
+	conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
+	conn->retry_at = 0;
+	dlist_init(&conn->inflight);
+	snprintf(conn->error, sizeof(conn->error), "not connected yet");
+}
+
+void
+rlock_conn_init(void)
+{
+	rlock_server = MemoryContextAllocZero(TopMemoryContext,
+										  sizeof(RlockServer));
+	rlock_server_configure(rlock_server);
+	rlock_conn_setup(&rlock_server->cmd, rlock_server, "command", false);
+	rlock_conn_setup(&rlock_server->sub, rlock_server, "subscriber", true);
+}
+
+/*
+ * After a configuration reload: if any connection setting changed, drop
+ * both connections and connect again with the new settings at once.
+ */
+void
+rlock_conn_reload(void)
+{
+	RlockServer *srv = rlock_server;
+
+	if (strcmp(srv->host, rlock_host) == 0 &&
+		srv->port == rlock_port &&
+		strcmp(srv->unix_socket, rlock_unix_socket) == 0 &&
+		srv->database == rlock_database &&
+		strcmp(srv->username, rlock_username) == 0 &&
+		strcmp(srv->password_file, rlock_password_file) == 0)
+		return;
+
+	ereport(LOG,
+			(errmsg("rlock connection settings changed, reconnecting to Redis")));
+	rlock_conn_drop(&srv->cmd, "connection settings changed");
+	rlock_conn_drop(&srv->sub, "connection settings changed");
+	pfree(srv->host);
+	pfree(srv->unix_socket);
+	pfree(srv->username);
+	pfree(srv->password_file);
+	rlock_server_configure(srv);
+	srv->cmd.retry_at = 0;
+	srv->cmd.backoff_ms = RLOCK_BACKOFF_MIN_MS;
+	srv->sub.retry_at = 0;
+	srv->sub.backoff_ms = RLOCK_BACKOFF_MIN_MS;
+	srv->cmd.outage_logged = false;
+	srv->sub.outage_logged = false;
+}
+
+/*---- host name resolution ----*/
+
+/*
+ * SIGUSR2 handler: getaddrinfo_a() finished.  Wake the main loop.
+ */
+static void
+rlock_resolver_signal(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
+
+static bool
+rlock_is_numeric_host(const char *host)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, host, buf) == 1 ||
+		inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/*
+ * Start resolving the server's host name in the background.
+ */
+static void
+rlock_resolve_start(RlockServer *srv)
+{
+	struct gaicb *list[1];
+	struct sigevent sev;
+	int			rc;
+
+	if (srv->resolving)
+		return;
+
+	pqsignal(SIGUSR2, rlock_resolver_signal);
+	memset(&srv->gai, 0, sizeof(srv->gai));
+	memset(&srv->gai_hints, 0, sizeof(srv->gai_hints));
+	srv->gai_hints.ai_family = AF_UNSPEC;
+	srv->gai_hints.ai_socktype = SOCK_STREAM;
+	strlcpy(srv->gai_name, srv->host, sizeof(srv->gai_name));
+	srv->gai.ar_name = srv->gai_name;
+	srv->gai.ar_request = &srv->gai_hints;
+
+	memset(&sev, 0, sizeof(sev));
+	sev.sigev_notify = SIGEV_SIGNAL;
+	sev.sigev_signo = SIGUSR2;
+
+	list[0] = &srv->gai;
+	rc = getaddrinfo_a(GAI_NOWAIT, list, 1, &sev);
+	if (rc != 0)
+	{
+		snprintf(srv->resolve_error, sizeof(srv->resolve_error),
+				 "could not resolve \"%s\": %s", srv->host, gai_strerror(rc));
+		return;
+	}
+	srv->resolving = true;
+	srv->resolve_stale = false;
+}
+
+/*
+ * Collect the result of a finished resolution, if any.
+ */
+static void
+rlock_resolve_check(RlockServer *srv)
+{
+	int			rc;
+	struct addrinfo *ai;
+
+	if (!srv->resolving)
+		return;
+	rc = gai_error(&srv->gai);
+	if (rc == EAI_INPROGRESS)
+		return;
+	srv->resolving = false;
+	if (srv->resolve_stale)
+	{
+		if (rc == 0)
+			freeaddrinfo(srv->gai.ar_result);
+		return;
+	}
+	if (rc != 0)
+	{
+		snprintf(srv->resolve_error, sizeof(srv->resolve_error),
+				 "could not resolve \"%s\": %s", srv->host, gai_strerror(rc));
+		return;
+	}
+	for (ai = srv->gai.ar_result; ai != NULL; ai = ai->ai_next)
+	{
+		const void *addr;
+
+		if (ai->ai_family == AF_INET)
+			addr = &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
+		else if (ai->ai_family == AF_INET6)
+			addr = &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr;
+		else
+			continue;
+		if (inet_ntop(ai->ai_family, addr, srv->resolved,
+					  sizeof(srv->resolved)) != NULL)
+			break;
+	}
+	freeaddrinfo(srv->gai.ar_result);
+	if (srv->resolved[0] == '\0')
+		snprintf(srv->resolve_error, sizeof(srv->resolve_error),
+				 "host name \"%s\" has no usable address", srv->host);
+}
+
+/*---- connection life cycle ----*/
+
+/*
+ * Log the first failure of an outage; later ones would only repeat it.
+ */
+static void
+rlock_conn_log_failure(RlockConn *conn, bool was_ready)
+{
+	if (conn->outage_logged)
+		return;
+	conn->outage_logged = true;
+	if (was_ready)
+		ereport(LOG,
+				(errmsg("rlock lost its %s connection to Redis at %s: %s",
+						conn->role, conn->server->address, conn->error)));
+	else
+		ereport(LOG,
+				(errmsg("rlock could not open its %s connection to Redis at %s: %s",
+						conn->role, conn->server->address, conn->error)));
+}
+
+static void
+rlock_conn_set_error(RlockConn *conn, const char *msg)
+{
+	strlcpy(conn->error, msg, sizeof(conn->error));
+}
+
+/*
+ * The context is gone (hiredis freed it).  Fail what was on the wire,
+ * tell the worker, and schedule the next attempt.
+ */
+static void
+rlock_conn_closed(RlockConn *conn)
+{
+	bool		was_ready = (conn->state == RLOCK_CONN_READY);
+	dlist_mutable_iter iter;
+	TimestampTz now = GetCurrentTimestamp();
+
+	conn->state = RLOCK_CONN_DOWN;
+	conn->handshake = 0;
+	conn->failed = false;
+
+	/* commands whose callbacks hiredis did not run: the subscriber's */
+	dlist_foreach_modify(iter, &conn->inflight)
+	{
+		RlockCmd   *cmd = dlist_container(RlockCmd, node, iter.cur);
+
+		dlist_delete(&cmd->node);
+		rlock_worker_reply(conn, cmd, NULL);
+		rlock_cmd_free(cmd);
+	}
+
+	conn->retry_at = TimestampTzPlusMilliseconds(now, conn->backoff_ms);
+	conn->backoff_ms = Min(conn->backoff_ms * 2, RLOCK_BACKOFF_MAX_MS);
+	rlock_conn_log_failure(conn, was_ready);
+	rlock_worker_conn_lost(conn);
+}
+
+/*
+ * Close a connection on purpose.  hiredis runs the callbacks of everything
+ * on the wire with a NULL reply, then our cleanup hook.
+ */
+void
+rlock_conn_drop(RlockConn *conn, const char *reason)
+{
+	if (conn->ac == NULL)
+		return;
+	rlock_conn_set_error(conn, reason);
+	redisAsyncFree(conn->ac);
+}
+
+/*
+ * hiredis connect callback: the socket is connected (or not).  Send the
+ * handshake: AUTH, SELECT, CLIENT SETNAME and, on the command connection,
+ * SCRIPT LOAD.  They run in order before anything else we send.
+ */
+static void
+rlock_on_connect(const redisAsyncContext *cac, int status)
+{
+	redisAsyncContext *ac = (redisAsyncContext *) cac;
+	RlockConn  *conn = (RlockConn *) ac->data;
+	RlockServer *srv = conn->server;
+	char		password[1024];
+	bool		have_password = false;
+	char		dbname[16];
+
+	if (status != REDIS_OK)
+	{
+		rlock_conn_set_error(conn, ac->errstr);
+		return;					/* hiredis frees the context next */
+	}
+
+	conn->state = RLOCK_CONN_HANDSHAKE;
+
+	if (srv->password_file[0] != '\0')
+	{
+		FILE	   *f = AllocateFile(srv->password_file, "r");
+
+		if (f == NULL || fgets(password, sizeof(password), f) == NULL)
+		{
+			snprintf(conn->error, sizeof(conn->error),
+					 "could not read password file \"%s\": %s",
+					 srv->password_file,
+					 f == NULL ? strerror(errno) : "file is empty");
+			if (f != NULL)
+				FreeFile(f);
+			conn->failed = true;
+			return;
+		}
+		FreeFile(f);
+		password[strcspn(password, "\r\n")] = '\0';
+		have_password = true;
+	}
+
+	if (srv->username[0] != '\0' || have_password)
+	{
+		const char *argv[3];
+		size_t		lens[3];
+		int			argc = 0;
+
+		argv[argc] = "AUTH";
+		lens[argc++] = 4;
+		if (srv->username[0] != '\0')
+		{
+			argv[argc] = srv->username;
+			lens[argc++] = strlen(srv->username);
+		}
+		argv[argc] = have_password ? password : "";
+		lens[argc] = strlen(argv[argc]);
+		argc++;
+		(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_HANDSHAKE),
+							   argc, argv, lens);
+		explicit_bzero(password, sizeof(password));
+	}
+
+	if (!conn->subscriber && srv->database != 0)
+	{
+		const char *argv[2];
+		size_t		lens[2];
+
+		snprintf(dbname, sizeof(dbname), "%d", srv->database);
+		argv[0] = "SELECT";
+		lens[0] = 6;
+		argv[1] = dbname;
+		lens[1] = strlen(dbname);
+		(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_HANDSHAKE),
+							   2, argv, lens);
+	}
+
+	{
+		const char *argv[3];
+		size_t		lens[3];
+		RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
+
+		argv[0] = "CLIENT";
+		argv[1] = "SETNAME";
+		argv[2] = conn->subscriber ? "rlock_subscriber" : "rlock_command";
+		lens[0] = 6;
+		lens[1] = 7;
+		lens[2] = strlen(argv[2]);
+		/* an ACL may forbid CLIENT SETNAME: not a reason to fail */
+		cmd->index = -1;
+		(void) rlock_conn_send(conn, cmd, 3, argv, lens);
+	}
+
+	if (!conn->subscriber)
+		rlock_scripts_load(conn);
+}
+
+/*
+ * hiredis disconnect callback: remember why, for messages.
+ */
+static void
+rlock_on_disconnect(const redisAsyncContext *ac, int status)
+{
+	RlockConn  *conn = (RlockConn *) ac->data;
+
+	if (status != REDIS_OK && ac->errstr != NULL)
+		rlock_conn_set_error(conn, ac->errstr);
+	else if (status == REDIS_OK && conn->error[0] == '\0')
+		rlock_conn_set_error(conn, "connection closed");
+}
+
+/*
+ * A handshake reply.  Errors fail the connection, except for CLIENT
+ * SETNAME.  The last one makes the connection READY.
+ */
+static void
+rlock_handshake_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
+{
+	if (reply == NULL)
+		return;
+	if (reply->type == REDIS_REPLY_ERROR && cmd->index != -1)
+	{
+		snprintf(conn->error, sizeof(conn->error), "%s", reply->str);
+		conn->failed = true;
+		return;
+	}
+	if (cmd->type == RLOCK_CMD_SCRIPT_LOAD &&
+		(reply->type != REDIS_REPLY_STRING ||
+		 !rlock_script_loaded(cmd->index, reply->str, reply->len)))
+	{
+		snprintf(conn->error, sizeof(conn->error),
+				 "unexpected reply to SCRIPT LOAD");
+		conn->failed = true;
+		return;
+	}
+	if (--conn->handshake == 0 && !conn->failed &&
+		conn->state == RLOCK_CONN_HANDSHAKE)
+	{
+		conn->state = RLOCK_CONN_READY;
+		conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
+		conn->error[0] = '\0';
+		ereport(LOG,
+				(errmsg("rlock %s connection to Redis at %s is ready",
+						conn->role, conn->server->address)));
+		conn->outage_logged = false;
+		rlock_worker_conn_ready(conn);
+	}
+}
+
+/*
+ * Reply callback of the command connection: privdata is our RlockCmd.
+ */
+static void
+rlock_cmd_callback(redisAsyncContext *ac, void *r, void *privdata)
+{
+	RlockConn  *conn = (RlockConn *) ac->data;
+	RlockCmd   *cmd = (RlockCmd *) privdata;
+
+	dlist_delete(&cmd->node);
+	if (cmd->type == RLOCK_CMD_HANDSHAKE || cmd->type == RLOCK_CMD_SCRIPT_LOAD)
+		rlock_handshake_reply(conn, cmd, (redisReply *) r);
+	else
+		rlock_worker_reply(conn, cmd, r);
+	rlock_cmd_free(cmd);
+}
+
+/*
+ * Reply callback of the subscriber connection.  hiredis keys subscription
+ * callbacks by channel and can hand a reply to the callback of an earlier
+ * one, so every command here uses this one callback with no privdata:
+ * published messages are told apart by their shape, and every other reply
+ * answers the oldest command on the wire.
+ */
+static void
+rlock_sub_callback(redisAsyncContext *ac, void *r, void *privdata)
+{
+	RlockConn  *conn = (RlockConn *) ac->data;
+	redisReply *reply = (redisReply *) r;
+	RlockCmd   *cmd;
+
+	if (reply == NULL)
+		return;					/* the context is going away */
+
+	if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 3 &&
+		reply->element[0]->type == REDIS_REPLY_STRING &&
+		strcmp(reply->element[0]->str, "message") == 0)
+	{
+		redisReply *channel = reply->element[1];
+		redisReply *payload = reply->element[2];
+
+		if (channel->type == REDIS_REPLY_STRING &&
+			payload->type == REDIS_REPLY_STRING)
+			rlock_waiters_message(channel->str, channel->len,
+								  payload->str, payload->len);
+		return;
+	}
+
+	if (dlist_is_empty(&conn->inflight))
+	{
+		snprintf(conn->error, sizeof(conn->error),
+				 "unexpected reply on the subscriber connection");
+		conn->failed = true;
+		return;
+	}
+	cmd = dlist_container(RlockCmd, node, dlist_pop_head_node(&conn->inflight));
+	if (cmd->type == RLOCK_CMD_HANDSHAKE)
+		rlock_handshake_reply(conn, cmd, reply);
+	else
+		rlock_worker_reply(conn, cmd, reply);
+	rlock_cmd_free(cmd);
+}
+
+/*
+ * Send one command.  Returns false (and frees cmd) if the connection
+ * cannot take it.  Nothing is written until rlock_conn_flush() or the next
+ * writeable event, so commands queued in one pass go out in one write.
+ */
+bool
+rlock_conn_send(RlockConn *conn, RlockCmd *cmd, int argc, const char **argv,
+				const size_t *argvlen)
+{
+	int			rc;
+
+	if (conn->ac == NULL || conn->failed)
+	{
+		rlock_cmd_free(cmd);
+		return false;
+	}
+	if (conn->subscriber)
+		rc = redisAsyncCommandArgv(conn->ac, rlock_sub_callback, NULL,
+								   argc, argv, argvlen);
+	else
+		rc = redisAsyncCommandArgv(conn->ac, rlock_cmd_callback, cmd,
+								   argc, argv, argvlen);
+	if (rc != REDIS_OK)
+	{
+		rlock_cmd_free(cmd);
+		return false;
+	}
+	cmd->sent_at = GetCurrentTimestamp();
+	dlist_push_tail(&conn->inflight, &cmd->node);
+	if (cmd->type == RLOCK_CMD_HANDSHAKE || cmd->type == RLOCK_CMD_SCRIPT_LOAD)
+		conn->handshake++;
+	return true;
+}
+
+/*
+ * Open a new connection (or start resolving the host name first).
+ */
+static void
+rlock_conn_start(RlockConn *conn, TimestampTz now)
+{
+	RlockServer *srv = conn->server;
+	redisAsyncContext *ac;
+
+	if (conn->state == RLOCK_CONN_DOWN)
+		conn->deadline = TimestampTzPlusMilliseconds(now,
+													 rlock_connect_timeout);
+	conn->error[0] = '\0';
+
+	if (srv->unix_socket[0] != '\0')
+		ac = redisAsyncConnectUnix(srv->unix_socket);
+	else if (rlock_is_numeric_host(srv->host))
+		ac = redisAsyncConnect(srv->host, srv->port);
+	else if (srv->resolved[0] != '\0')
+		ac = redisAsyncConnect(srv->resolved, srv->port);
+	else
+	{
+		rlock_resolve_start(srv);
+		if (!srv->resolving)
+		{
+			rlock_conn_set_error(conn, srv->resolve_error);
+			rlock_conn_closed(conn);
+			return;
+		}
+		conn->state = RLOCK_CONN_RESOLVING;
+		return;
+	}
+
+	if (ac == NULL || ac->err)
+	{
+		rlock_conn_set_error(conn, ac ? ac->errstr : "out of memory");
+		if (ac != NULL)
+			redisAsyncFree(ac);
+		srv->resolved[0] = '\0';
+		rlock_conn_closed(conn);
+		return;
+	}
+
+	conn->ac = ac;
+	conn->state = RLOCK_CONN_CONNECTING;
+	conn->want = 0;
+	conn->registered = 0;
+	conn->pos = -1;
+	conn->handshake = 0;
+	conn->failed = false;
+	ac->data = conn;
+	ac->ev.data = conn;
+	ac->ev.addRead = rlock_ev_add_read;
+	ac->ev.delRead = rlock_ev_del_read;
+	ac->ev.addWrite = rlock_ev_add_write;
+	ac->ev.delWrite = rlock_ev_del_write;
+	ac->ev.cleanup = rlock_ev_cleanup;
+	redisAsyncSetConnectCallback(ac, rlock_on_connect);
+	redisAsyncSetDisconnectCallback(ac, rlock_on_disconnect);
+	if (srv->unix_socket[0] == '\0')
+		(void) redisEnableKeepAlive(&ac->c);
+	wait_set_stale = true;
+}
+
+/*
+ * Advance one connection's life cycle: start attempts when due, enforce
+ * the connect and command deadlines, drop connections found failed.
+ */
+static void
+rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
+{
+	RlockServer *srv = conn->server;
+
+	if (conn->failed && conn->ac != NULL)
+	{
+		redisAsyncFree(conn->ac);
+		return;
+	}
+
+	switch (conn->state)
+	{
+		case RLOCK_CONN_DOWN:
+			if (now >= conn->retry_at)
+				rlock_conn_start(conn, now);
+			break;
+		case RLOCK_CONN_RESOLVING:
+			rlock_resolve_check(srv);
+			if (!srv->resolving)
+			{
+				if (srv->resolved[0] != '\0')
+					rlock_conn_start(conn, now);
+				else
+				{
+					rlock_conn_set_error(conn, srv->resolve_error);
+					rlock_conn_closed(conn);
+				}
+			}
+			else if (now >= conn->deadline)
+			{
+				snprintf(conn->error, sizeof(conn->error),
+						 "could not resolve \"%s\" within rlock.connect_timeout",
+						 srv->host);
+				rlock_conn_closed(conn);
+			}
+			break;
+		case RLOCK_CONN_CONNECTING:
+		case RLOCK_CONN_HANDSHAKE:
+			if (now >= conn->deadline)
+			{
+				srv->resolved[0] = '\0';
+				rlock_conn_drop(conn, conn->state == RLOCK_CONN_CONNECTING ?
+								"timed out while connecting" :
+								"timed out during the connection handshake");
+			}
+			break;
+		case RLOCK_CONN_READY:
+			if (!dlist_is_empty(&conn->inflight))
+			{
+				RlockCmd   *oldest = dlist_head_element(RlockCmd, node,
+														&conn->inflight);
+
+				if (now >= TimestampTzPlusMilliseconds(oldest->sent_at,
+													   rlock_command_timeout))
+				{
+					char		msg[128];
+
+					snprintf(msg, sizeof(msg),
+							 "no answer within rlock.command_timeout (%d ms)",
+							 rlock_command_timeout);
+					rlock_conn_drop(conn, msg);
+				}
+			}
+			break;
+	}
+}
+
+void
+rlock_conn_tick(TimestampTz now)
+{
+	rlock_conn_tick_one(&rlock_server->cmd, now);
+	rlock_conn_tick_one(&rlock_server->sub, now);
+}
+
+static TimestampTz
+rlock_conn_next_tick_one(RlockConn *conn)
+{
+	switch (conn->state)
+	{
+		case RLOCK_CONN_DOWN:
+			return conn->retry_at;
+		case RLOCK_CONN_RESOLVING:
+		case RLOCK_CONN_CONNECTING:
+		case RLOCK_CONN_HANDSHAKE:
+			return conn->deadline;
+		case RLOCK_CONN_READY:
+			if (!dlist_is_empty(&conn->inflight))
+				return TimestampTzPlusMilliseconds(dlist_head_element(RlockCmd, node, &conn->inflight)->sent_at,
+												   rlock_command_timeout);
+			break;
+	}
+	return DT_NOEND;
+}
+
+/*
+ * When rlock_conn_tick() next has something to do.
+ */
+TimestampTz
+rlock_conn_next_tick(void)
+{
+	if (rlock_server->cmd.failed || rlock_server->sub.failed)
+		return 0;
+	return Min(rlock_conn_next_tick_one(&rlock_server->cmd),
+			   rlock_conn_next_tick_one(&rlock_server->sub));
+}
+
+/*
+ * Write what the connections have queued, now: one write per connection
+ * for everything queued since the last wake-up.
+ */
+void
+rlock_conn_flush(void)
+{
+	RlockConn  *conns[2] = {&rlock_server->cmd, &rlock_server->sub};
+	int			i;
+
+	for (i = 0; i < 2; i++)
+	{
+		RlockConn  *conn = conns[i];
+
+		if (conn->ac != NULL && conn->state >= RLOCK_CONN_HANDSHAKE &&
+			(conn->want & WL_SOCKET_WRITEABLE))
+			redisAsyncHandleWrite(conn->ac);
+	}
+}
+
+static void
+rlock_wait_set_build(void)
+{
+	RlockConn  *conns[2] = {&rlock_server->cmd, &rlock_server->sub};
+	int			i;
+
+	if (wait_set != NULL)
+		FreeWaitEventSet(wait_set);
+	wait_set = CreateWaitEventSet(TopMemoryContext, 4);
+	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+					  NULL, NULL);
+	for (i = 0; i < 2; i++)
+	{
+		RlockConn  *conn = conns[i];
+
+		conn->pos = -1;
+		if (conn->ac == NULL)
+			continue;
+		conn->registered = conn->want ? conn->want : WL_SOCKET_READABLE;
+		conn->pos = AddWaitEventToSet(wait_set, conn->registered,
+									  conn->ac->c.fd, NULL, conn);
+	}
+	wait_set_stale = false;
+}
+
+/*
+ * Sleep until the latch is set, a socket is ready or timeout_ms passes
+ * (-1: no timeout), then let hiredis read and write what is ready.
+ */
+void
+rlock_conn_wait(long timeout_ms)
+{
+	RlockConn  *conns[2] = {&rlock_server->cmd, &rlock_server->sub};
+	WaitEvent	events[4];
+	int			nevents;
+	int			i;
+
+	if (wait_set_stale)
+		rlock_wait_set_build();
+	for (i = 0; i < 2; i++)
+	{
+		RlockConn  *conn = conns[i];
+
+		if (conn->pos >= 0 && conn->want != 0 &&
+			conn->want != conn->registered)
+		{
+			ModifyWaitEvent(wait_set, conn->pos, conn->want, NULL);
+			conn->registered = conn->want;
+		}
+	}
+
+	nevents = WaitEventSetWait(wait_set, timeout_ms, events, lengthof(events),
+							   PG_WAIT_EXTENSION);
+	for (i = 0; i < nevents; i++)
+	{
+		RlockConn  *conn = (RlockConn *) events[i].user_data;
+
+		if (events[i].events & WL_LATCH_SET)
+		{
+			ResetLatch(MyLatch);
+			continue;
+		}
+		if (conn == NULL || conn->ac == NULL || conn->pos != events[i].pos)
+			continue;
+		if (events[i].events & WL_SOCKET_READABLE)
+			redisAsyncHandleRead(conn->ac);
+		if (conn->ac != NULL && (events[i].events & WL_SOCKET_WRITEABLE))
+			redisAsyncHandleWrite(conn->ac);
+	}
+}

@@ -1,0 +1,329 @@
+/*-------------------------------------------------------------------------
+ *
+ * functions.c
+ *		SQL-callable functions: argument checks, then the request path.
+ *
+ * Keys are sent to Redis in UTF-8 (Redisson's encoding) with
+ * rlock.key_prefix in front.  Messages name the key as the caller wrote it.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/functions.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/int.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "rlock.h"
+
+PG_FUNCTION_INFO_V1(rlock_try);
+PG_FUNCTION_INFO_V1(rlock_lock);
+PG_FUNCTION_INFO_V1(rlock_release);
+PG_FUNCTION_INFO_V1(rlock_session_try);
+PG_FUNCTION_INFO_V1(rlock_session_lock);
+PG_FUNCTION_INFO_V1(rlock_session_release);
+PG_FUNCTION_INFO_V1(rlock_release_all);
+PG_FUNCTION_INFO_V1(rlock_held);
+PG_FUNCTION_INFO_V1(rlock_is_locked);
+PG_FUNCTION_INFO_V1(rlock_ttl);
+
+/* Waits longer than this (about a century) mean "no limit" */
+#define RLOCK_MAX_WAIT_US	(INT64CONST(100) * 365 * USECS_PER_DAY)
+
+/* A lock key as given in SQL and as stored in Redis */
+typedef struct RlockKey
+{
+	char	   *sql;			/* as the caller wrote it, for messages */
+	char	   *redis;			/* prefix + key in UTF-8 */
+	int			len;			/* length of redis */
+} RlockKey;
+
+static void
+rlock_check_loaded(void)
+{
+	if (rlock_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("rlock must be loaded via shared_preload_libraries"),
+				 errhint("Add rlock to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/*
+ * Check the key argument and build its Redis form.
+ */
+static void
+rlock_get_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
+{
+	text	   *t;
+	int			len;
+	char	   *utf8;
+	int			utf8len;
+	int			prefixlen = strlen(rlock_key_prefix);
+
+	rlock_check_loaded();
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("lock key must not be null")));
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock key must not be empty")));
+
+	key->sql = text_to_cstring(t);
+	utf8 = pg_server_to_any(key->sql, len, PG_UTF8);
+	utf8len = (utf8 == key->sql) ? len : strlen(utf8);
+
+	if ((int64) prefixlen + utf8len > rlock_max_key_length)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("lock key is too long"),
+				 errdetail("The key takes %d bytes in Redis, rlock.key_prefix included; the limit is %d bytes.",
+						   prefixlen + utf8len, rlock_max_key_length),
+				 errhint("Use a shorter key, or increase rlock.max_key_length.")));
+
+	key->len = prefixlen + utf8len;
+	key->redis = palloc(key->len + 1);
+	memcpy(key->redis, rlock_key_prefix, prefixlen);
+	memcpy(key->redis + prefixlen, utf8, utf8len);
+	key->redis[key->len] = '\0';
+}
+
+/*
+ * An interval argument in microseconds.  NULL is refused (SQLSTATE 22004)
+ * unless null_ok, in which case -1 is returned.  Negative values are
+ * refused, and so is zero unless zero_ok.
+ */
+static int64
+rlock_get_interval_us(FunctionCallInfo fcinfo, int argno, const char *what,
+					  bool null_ok, bool zero_ok)
+{
+	Interval   *iv;
+	int64		days;
+	int64		us;
+
+	if (PG_ARGISNULL(argno))
+	{
+		if (null_ok)
+			return -1;
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	}
+	iv = PG_GETARG_INTERVAL_P(argno);
+
+	days = (int64) iv->month * DAYS_PER_MONTH + iv->day;
+	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &us) ||
+		pg_add_s64_overflow(us, iv->time, &us))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is out of range", what)));
+	if (us < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", what)));
+	if (us == 0 && !zero_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be greater than zero", what)));
+	return us;
+}
+
+/*
+ * The lease argument in milliseconds, rounded up; 0 means the watchdog.
+ */
+static int64
+rlock_get_lease_ms(FunctionCallInfo fcinfo, int argno)
+{
+	int64		us = rlock_get_interval_us(fcinfo, argno, "lease", true, false);
+
+	if (us < 0)
+		return 0;
+	return (us + 999) / 1000;
+}
+
+/*
+ * Deadline of a wait of "us" microseconds from now; 0 means no limit.
+ */
+static TimestampTz
+rlock_deadline(int64 us)
+{
+	if (us > RLOCK_MAX_WAIT_US)
+		return 0;
+	return GetCurrentTimestamp() + us;
+}
+
+/*
+ * Shared body of the acquiring functions.  With "bounded", the wait comes
+ * from argument 1 and the lease from argument 2; otherwise the wait has no
+ * limit (lock_timeout applies) and the lease is argument 1.
+ */
+static bool
+rlock_take(FunctionCallInfo fcinfo, bool session, bool bounded)
+{
+	RlockKey	key;
+	TimestampTz wait_until;
+	int64		lease_ms;
+	RlockStatus status;
+
+	rlock_get_key(fcinfo, 0, &key);
+	if (bounded)
+	{
+		wait_until = rlock_deadline(rlock_get_interval_us(fcinfo, 1, "wait",
+														  false, true));
+		lease_ms = rlock_get_lease_ms(fcinfo, 2);
+	}
+	else
+	{
+		wait_until = 0;
+		lease_ms = rlock_get_lease_ms(fcinfo, 1);
+	}
+
+	status = rlock_acquire(key.redis, key.len, session, wait_until, lease_ms,
+						   !bounded);
+	rlock_report_status(status, key.sql, strlen(key.sql));
+	return status == RLOCK_STATUS_OK;
+}
+
+/*
+ * Shared body of the releasing functions.
+ */
+static bool
+rlock_give(FunctionCallInfo fcinfo, bool session)
+{
+	RlockKey	key;
+	RlockStatus status;
+	bool		found;
+
+	rlock_get_key(fcinfo, 0, &key);
+	status = rlock_release_one(key.redis, key.len, session, &found);
+	if (!found)
+	{
+		bool		other_scope = rlock_held_count(key.redis, key.len) > 0;
+
+		ereport(WARNING,
+				(errmsg("lock \"%s\" is not held in %s scope by this session",
+						key.sql, session ? "session" : "transaction"),
+				 other_scope ?
+				 errhint("It is held in %s scope; release it with %s.",
+						 session ? "transaction" : "session",
+						 session ? "rlock_release()" : "rlock_session_release()") : 0));
+		return false;
+	}
+	if (status == RLOCK_STATUS_NOT_HELD)
+	{
+		ereport(WARNING,
+				(errmsg("lock \"%s\" was no longer held in Redis", key.sql),
+				 errdetail("Its lease ran out or it was removed before this release.")));
+		return false;
+	}
+	rlock_report_status(status, key.sql, strlen(key.sql));
+	return true;
+}
+
+Datum
+rlock_try(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(rlock_take(fcinfo, false, true));
+}
+
+Datum
+rlock_session_try(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(rlock_take(fcinfo, true, true));
+}
+
+Datum
+rlock_lock(PG_FUNCTION_ARGS)
+{
+	(void) rlock_take(fcinfo, false, false);
+	PG_RETURN_VOID();
+}
+
+Datum
+rlock_session_lock(PG_FUNCTION_ARGS)
+{
+	(void) rlock_take(fcinfo, true, false);
+	PG_RETURN_VOID();
+}
+
+Datum
+rlock_release(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(rlock_give(fcinfo, false));
+}
+
+Datum
+rlock_session_release(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(rlock_give(fcinfo, true));
+}
+
+Datum
+rlock_release_all(PG_FUNCTION_ARGS)
+{
+	RlockStatus status;
+	int			n;
+
+	rlock_check_loaded();
+	n = rlock_release_session_all(&status);
+	rlock_report_status(status, NULL, 0);
+	PG_RETURN_INT32(n);
+}
+
+Datum
+rlock_held(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+
+	rlock_get_key(fcinfo, 0, &key);
+	PG_RETURN_INT32(rlock_held_count(key.redis, key.len));
+}
+
+Datum
+rlock_is_locked(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+	RlockStatus status;
+	int64		value = 0;
+
+	rlock_get_key(fcinfo, 0, &key);
+	status = rlock_request(RLOCK_OP_EXISTS, RLOCK_KIND_PLAIN, -1,
+						   key.redis, key.len, GetCurrentTimestamp(), 0,
+						   false, &value);
+	rlock_report_status(status, key.sql, strlen(key.sql));
+	PG_RETURN_BOOL(value > 0);
+}
+
+Datum
+rlock_ttl(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+	RlockStatus status;
+	int64		value = 0;
+	Interval   *result;
+
+	rlock_get_key(fcinfo, 0, &key);
+	status = rlock_request(RLOCK_OP_PTTL, RLOCK_KIND_PLAIN, -1,
+						   key.redis, key.len, GetCurrentTimestamp(), 0,
+						   false, &value);
+	rlock_report_status(status, key.sql, strlen(key.sql));
+
+	/* -2: no such key; -1: a key without expiry */
+	if (value < 0)
+		PG_RETURN_NULL();
+	result = (Interval *) palloc0(sizeof(Interval));
+	result->time = value * 1000;
+	PG_RETURN_INTERVAL_P(result);
+}

@@ -1,0 +1,623 @@
+/*-------------------------------------------------------------------------
+ *
+ * holds.c
+ *		The backend's own view of its holds, and the transaction,
+ *		subtransaction and exit callbacks that release them.
+ *
+ * Every key this session holds or waits for has a local entry here, tied to
+ * one entry of the shared hold table.  The local entry keeps the holds as a
+ * stack of runs: consecutive holds of one scope, taken in one
+ * subtransaction with one lease.  That is enough to mirror advisory locks:
+ *
+ * - transaction-scoped holds end at COMMIT (after the commit is visible:
+ *   XACT_EVENT_COMMIT runs after ProcArrayEndTransaction) and at ABORT;
+ * - ROLLBACK TO SAVEPOINT, and an exception caught in PL/pgSQL, end the
+ *   holds taken inside the subtransaction; RELEASE SAVEPOINT hands them to
+ *   the parent;
+ * - session-scoped holds survive ROLLBACK and end when released or when the
+ *   session exits;
+ * - PREPARE TRANSACTION is refused while transaction-scoped holds exist, as
+ *   a prepared transaction outlives the session that owns the Redis hold.
+ *
+ * Ending holds never waits and never raises: the count is queued on the
+ * shared entry (rlock_queue_release) and the worker sends one release for
+ * it.  The callbacks are registered on first use and return at once while
+ * the session holds nothing in transaction scope.
+ *
+ * A local entry whose holds are gone stays in the table, unpinned, until
+ * the worker has freed the shared entry; taking the key again in between
+ * re-pins the same shared entry, so one owner never has two entries (and
+ * two opinions of its hold count) for one key.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/holds.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "lib/ilist.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "rlock.h"
+
+/* Consecutive holds alike in scope, subtransaction and lease */
+typedef struct HoldRun
+{
+	bool		session;
+	SubTransactionId subid;		/* transaction scope: where it was taken */
+	int64		lease_ms;		/* 0 = the watchdog */
+	int32		count;
+} HoldRun;
+
+typedef struct LocalHold
+{
+	RlockKeyRef key;			/* hash key; data lives in TopMemoryContext */
+	int			hold;			/* shared entry, -1 if none yet */
+	uint32		generation;		/* of the shared entry when we got it */
+	bool		pinned;
+	int32		session_count;
+	int32		xact_count;
+	int			nruns;
+	int			maxruns;
+	HoldRun    *runs;
+	dlist_node	xact_node;		/* in xact_holds while xact_count > 0 */
+	dlist_node	idle_node;		/* in idle_holds while not pinned */
+} LocalHold;
+
+static HTAB *local_holds = NULL;
+static dlist_head xact_holds = DLIST_STATIC_INIT(xact_holds);
+static dlist_head idle_holds = DLIST_STATIC_INIT(idle_holds);
+static int	nidle = 0;
+
+/* Idle entries beyond this many are checked at transaction end */
+#define RLOCK_IDLE_PRUNE	64
+
+static void rlock_xact_callback(XactEvent event, void *arg);
+static void rlock_subxact_callback(SubXactEvent event,
+								   SubTransactionId mySubid,
+								   SubTransactionId parentSubid, void *arg);
+static void rlock_exit_callback(int code, Datum arg);
+
+/*
+ * Create the local table and register the callbacks, the first time this
+ * session uses rlock.
+ */
+static void
+rlock_local_init(void)
+{
+	HASHCTL		ctl;
+
+	if (local_holds != NULL)
+		return;
+
+	ctl.keysize = sizeof(RlockKeyRef);
+	ctl.entrysize = sizeof(LocalHold);
+	ctl.hash = rlock_keyref_hash;
+	ctl.match = rlock_keyref_match;
+	ctl.hcxt = TopMemoryContext;
+	local_holds = hash_create("rlock holds", 64, &ctl,
+							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+							  HASH_CONTEXT);
+
+	RegisterXactCallback(rlock_xact_callback, NULL);
+	RegisterSubXactCallback(rlock_subxact_callback, NULL);
+	before_shmem_exit(rlock_exit_callback, (Datum) 0);
+}
+
+static LocalHold *
+rlock_local_find(const char *key, int keylen)
+{
+	RlockKeyRef k;
+
+	if (local_holds == NULL)
+		return NULL;
+	k.data = key;
+	k.len = keylen;
+	return (LocalHold *) hash_search(local_holds, &k, HASH_FIND, NULL);
+}
+
+/*
+ * Find or create the local entry of a key.  A new entry has no shared
+ * entry yet.
+ */
+static LocalHold *
+rlock_local_enter(const char *key, int keylen)
+{
+	LocalHold  *lh;
+	RlockKeyRef k;
+	char	   *copy;
+	bool		found;
+
+	rlock_local_init();
+	lh = rlock_local_find(key, keylen);
+	if (lh != NULL)
+		return lh;
+
+	/* copy the key first, so that inserting cannot fail half-way */
+	copy = MemoryContextAlloc(TopMemoryContext, keylen + 1);
+	memcpy(copy, key, keylen);
+	copy[keylen] = '\0';
+	k.data = copy;
+	k.len = keylen;
+
+	lh = (LocalHold *) hash_search(local_holds, &k, HASH_ENTER, &found);
+	Assert(!found);
+	lh->hold = -1;
+	lh->generation = 0;
+	lh->pinned = false;
+	lh->session_count = 0;
+	lh->xact_count = 0;
+	lh->nruns = 0;
+	lh->maxruns = 0;
+	lh->runs = NULL;
+	dlist_push_tail(&idle_holds, &lh->idle_node);
+	nidle++;
+	return lh;
+}
+
+/*
+ * Drop a local entry with no holds whose shared entry is gone.
+ */
+static void
+rlock_local_remove(LocalHold *lh)
+{
+	char	   *keydata = (char *) lh->key.data;
+
+	Assert(!lh->pinned && lh->session_count == 0 && lh->xact_count == 0);
+	dlist_delete(&lh->idle_node);
+	nidle--;
+	if (lh->runs != NULL)
+		pfree(lh->runs);
+	hash_search(local_holds, &lh->key, HASH_REMOVE, NULL);
+	pfree(keydata);
+}
+
+/*
+ * Make sure the local entry has a pinned shared entry: the one it had, if
+ * the worker has not freed it yet, or a new one.
+ */
+static void
+rlock_local_pin(LocalHold *lh, const char *key, int keylen)
+{
+	int			index;
+	uint32		generation;
+
+	if (lh->pinned)
+		return;
+
+	if (lh->hold >= 0 && rlock_hold_pin(lh->hold, lh->generation))
+		index = lh->hold;
+	else
+	{
+		index = rlock_hold_alloc(rlock_my_owner_id(), RLOCK_KIND_PLAIN,
+								 key, keylen, &generation);
+		if (index < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of rlock lock table entries"),
+					 errdetail("All %d entries of the shared table of held locks are in use.",
+							   rlock_max_locks),
+					 errhint("You might need to increase rlock.max_locks.")));
+		lh->hold = index;
+		lh->generation = generation;
+	}
+	lh->pinned = true;
+	dlist_delete(&lh->idle_node);
+	nidle--;
+}
+
+/*
+ * Unpin the shared entry once the key has no holds left and no request.
+ */
+static void
+rlock_local_unpin_if_unused(LocalHold *lh)
+{
+	if (!lh->pinned || lh->session_count > 0 || lh->xact_count > 0)
+		return;
+	lh->pinned = false;
+	rlock_hold_unpin(lh->hold);
+	dlist_push_tail(&idle_holds, &lh->idle_node);
+	nidle++;
+}
+
+/*
+ * Forget idle entries whose shared entry the worker has freed.  Called at
+ * transaction end when many have piled up; cheap otherwise.
+ */
+static void
+rlock_local_prune(void)
+{
+	dlist_mutable_iter iter;
+
+	if (nidle <= RLOCK_IDLE_PRUNE)
+		return;
+	dlist_foreach_modify(iter, &idle_holds)
+	{
+		LocalHold  *lh = dlist_container(LocalHold, idle_node, iter.cur);
+
+		if (lh->hold < 0 || !rlock_hold_is_current(lh->hold, lh->generation))
+			rlock_local_remove(lh);
+	}
+}
+
+/*
+ * Lease of the newest remaining hold, and whether any uses the watchdog.
+ */
+static void
+rlock_local_describe(LocalHold *lh, int64 *lease_ms, bool *renew)
+{
+	int			i;
+
+	*lease_ms = (lh->nruns > 0) ? lh->runs[lh->nruns - 1].lease_ms : 0;
+	*renew = false;
+	for (i = 0; i < lh->nruns; i++)
+	{
+		if (lh->runs[i].lease_ms == 0)
+			*renew = true;
+	}
+}
+
+static void
+rlock_local_add(LocalHold *lh, bool session, int64 lease_ms)
+{
+	SubTransactionId subid = session ? InvalidSubTransactionId :
+	GetCurrentSubTransactionId();
+	HoldRun    *top = (lh->nruns > 0) ? &lh->runs[lh->nruns - 1] : NULL;
+	int64		lease;
+	bool		renew;
+
+	if (top != NULL && top->session == session && top->subid == subid &&
+		top->lease_ms == lease_ms)
+		top->count++;
+	else
+	{
+		if (lh->nruns == lh->maxruns)
+		{
+			int			newmax = Max(4, lh->maxruns * 2);
+
+			if (lh->runs == NULL)
+				lh->runs = MemoryContextAlloc(TopMemoryContext,
+											  newmax * sizeof(HoldRun));
+			else
+				lh->runs = repalloc(lh->runs, newmax * sizeof(HoldRun));
+			lh->maxruns = newmax;
+		}
+		top = &lh->runs[lh->nruns++];
+		top->session = session;
+		top->subid = subid;
+		top->lease_ms = lease_ms;
+		top->count = 1;
+	}
+
+	if (session)
+		lh->session_count++;
+	else
+	{
+		if (lh->xact_count == 0)
+			dlist_push_tail(&xact_holds, &lh->xact_node);
+		lh->xact_count++;
+	}
+
+	rlock_local_describe(lh, &lease, &renew);
+	rlock_hold_describe(lh->hold, lease, renew);
+}
+
+/*
+ * Remove holds from the local entry: "max" holds of one scope, newest
+ * first, or all holds of the scope when max is 0.  In transaction scope,
+ * only holds taken in subtransaction "subid" count, unless subid is
+ * InvalidSubTransactionId.  Returns how many were removed.
+ */
+static int32
+rlock_local_remove_holds(LocalHold *lh, bool session, SubTransactionId subid,
+						 int32 max)
+{
+	int32		removed = 0;
+	int			i;
+	int			keep = 0;
+
+	for (i = lh->nruns - 1; i >= 0 && (max == 0 || removed < max); i--)
+	{
+		HoldRun    *run = &lh->runs[i];
+		int32		n;
+
+		if (run->session != session)
+			continue;
+		if (!session && subid != InvalidSubTransactionId && run->subid != subid)
+			continue;
+		n = (max == 0) ? run->count : Min(run->count, max - removed);
+		run->count -= n;
+		removed += n;
+	}
+
+	/* squeeze out the runs that became empty */
+	for (i = 0; i < lh->nruns; i++)
+	{
+		if (lh->runs[i].count > 0)
+			lh->runs[keep++] = lh->runs[i];
+	}
+	lh->nruns = keep;
+
+	if (session)
+		lh->session_count -= removed;
+	else if (removed > 0)
+	{
+		lh->xact_count -= removed;
+		if (lh->xact_count == 0)
+			dlist_delete(&lh->xact_node);
+	}
+	return removed;
+}
+
+/*
+ * Hand removed holds to the worker.  Never raises, never waits.
+ */
+static void
+rlock_local_queue(LocalHold *lh, int32 count)
+{
+	int64		lease;
+	bool		renew;
+
+	if (count == 0)
+		return;
+	rlock_local_describe(lh, &lease, &renew);
+	rlock_queue_release(lh->hold, count, lease, renew);
+}
+
+/*
+ * Hand removed holds to the worker, and let the entry go if nothing is
+ * left.  Never raises, never waits.
+ */
+static void
+rlock_local_give_back(LocalHold *lh, int32 count)
+{
+	rlock_local_queue(lh, count);
+	rlock_local_unpin_if_unused(lh);
+}
+
+/*
+ * Take one hold on a key, waiting until wait_until (0: without limit).
+ * Returns OK when granted, BUSY when not; other statuses are errors for
+ * the caller to report.
+ */
+RlockStatus
+rlock_acquire(const char *key, int keylen, bool session,
+			  TimestampTz wait_until, int64 lease_ms, bool use_lock_timeout)
+{
+	LocalHold  *volatile lh = rlock_local_enter(key, keylen);
+	RlockStatus status;
+	int64		value;
+
+	rlock_local_pin(lh, key, keylen);
+
+	PG_TRY();
+	{
+		status = rlock_request(RLOCK_OP_ACQUIRE, RLOCK_KIND_PLAIN, lh->hold,
+							   NULL, 0, wait_until, lease_ms,
+							   use_lock_timeout, &value);
+	}
+	PG_CATCH();
+	{
+		rlock_local_unpin_if_unused(lh);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (status == RLOCK_STATUS_OK)
+		rlock_local_add(lh, session, lease_ms);
+	else
+		rlock_local_unpin_if_unused(lh);
+	return status;
+}
+
+/*
+ * Release the newest hold of one scope on a key and report what Redis said
+ * about it: OK, or NOT_HELD when Redis no longer had the hold.  *found is
+ * false (and nothing happens) when the session has no such hold.  The
+ * release is queued before the request, so it happens even if the wait
+ * for the answer is interrupted.
+ */
+RlockStatus
+rlock_release_one(const char *key, int keylen, bool session, bool *found)
+{
+	LocalHold  *volatile lh = rlock_local_find(key, keylen);
+	RlockStatus status;
+	int64		value;
+
+	*found = (lh != NULL &&
+			  (session ? lh->session_count : lh->xact_count) > 0);
+	if (!*found)
+		return RLOCK_STATUS_NONE;
+
+	/* the entry stays pinned until the worker has answered about it */
+	rlock_local_queue(lh, rlock_local_remove_holds(lh, session,
+												   InvalidSubTransactionId, 1));
+	PG_TRY();
+	{
+		status = rlock_request(RLOCK_OP_RELEASE, RLOCK_KIND_PLAIN, lh->hold,
+							   NULL, 0, GetCurrentTimestamp(), 0, false,
+							   &value);
+	}
+	PG_CATCH();
+	{
+		rlock_local_unpin_if_unused(lh);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	rlock_local_unpin_if_unused(lh);
+	return status;
+}
+
+/*
+ * Release every session-scoped hold and wait until Redis has processed the
+ * releases.  Returns the number of holds released.
+ */
+int
+rlock_release_session_all(RlockStatus *status)
+{
+	HASH_SEQ_STATUS seq;
+	LocalHold  *lh;
+	int			total = 0;
+	int64		value;
+
+	*status = RLOCK_STATUS_OK;
+	if (local_holds == NULL)
+		return 0;
+
+	hash_seq_init(&seq, local_holds);
+	while ((lh = (LocalHold *) hash_seq_search(&seq)) != NULL)
+	{
+		int32		n;
+
+		if (lh->session_count == 0)
+			continue;
+		n = rlock_local_remove_holds(lh, true, InvalidSubTransactionId, 0);
+		rlock_local_give_back(lh, n);
+		total += n;
+	}
+
+	if (total > 0)
+		*status = rlock_request(RLOCK_OP_BARRIER, RLOCK_KIND_PLAIN, -1,
+								NULL, 0, GetCurrentTimestamp(), 0, false,
+								&value);
+	return total;
+}
+
+/*
+ * This session's hold count on a key, both scopes.
+ */
+int
+rlock_held_count(const char *key, int keylen)
+{
+	LocalHold  *lh = rlock_local_find(key, keylen);
+
+	if (lh == NULL)
+		return 0;
+	return lh->session_count + lh->xact_count;
+}
+
+/*
+ * End transaction-scoped holds: all of them, or those of one aborted
+ * subtransaction.  Runs in COMMIT/ABORT callbacks: no errors, no waits.
+ */
+static void
+rlock_end_xact_holds(SubTransactionId subid)
+{
+	dlist_mutable_iter iter;
+	bool		released = false;
+
+	dlist_foreach_modify(iter, &xact_holds)
+	{
+		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
+		int32		n;
+
+		n = rlock_local_remove_holds(lh, false, subid, 0);
+		if (n > 0)
+		{
+			rlock_local_give_back(lh, n);
+			released = true;
+		}
+	}
+	if (released)
+		rlock_wake_worker();
+}
+
+static void
+rlock_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (!dlist_is_empty(&xact_holds))
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that holds transaction-scoped rlocks"),
+						 errhint("Release them first, or take session-scoped locks with rlock_session_lock().")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			rlock_abandon_request();
+			if (!dlist_is_empty(&xact_holds))
+				rlock_end_xact_holds(InvalidSubTransactionId);
+			rlock_local_prune();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+rlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	dlist_iter	iter;
+	int			i;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_ABORT_SUB:
+			rlock_abandon_request();
+			if (!dlist_is_empty(&xact_holds))
+				rlock_end_xact_holds(mySubid);
+			break;
+		case SUBXACT_EVENT_COMMIT_SUB:
+			dlist_foreach(iter, &xact_holds)
+			{
+				LocalHold  *lh = dlist_container(LocalHold, xact_node,
+												 iter.cur);
+
+				for (i = 0; i < lh->nruns; i++)
+				{
+					if (!lh->runs[i].session && lh->runs[i].subid == mySubid)
+						lh->runs[i].subid = parentSubid;
+				}
+			}
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * before_shmem_exit callback: the session ends (normally, by FATAL, or by
+ * pg_terminate_backend).  Give up any request and hand every hold, of both
+ * scopes, back to the worker.  Registered after InitPostgres's own exit
+ * callback, so it runs first: the ABORT callback that follows finds
+ * nothing left to do.
+ */
+static void
+rlock_exit_callback(int code, Datum arg)
+{
+	HASH_SEQ_STATUS seq;
+	LocalHold  *lh;
+	bool		released = false;
+
+	rlock_abandon_request();
+
+	hash_seq_init(&seq, local_holds);
+	while ((lh = (LocalHold *) hash_seq_search(&seq)) != NULL)
+	{
+		int32		n;
+
+		n = rlock_local_remove_holds(lh, true, InvalidSubTransactionId, 0);
+		n += rlock_local_remove_holds(lh, false, InvalidSubTransactionId, 0);
+		if (n > 0)
+		{
+			rlock_local_give_back(lh, n);
+			released = true;
+		}
+		rlock_local_unpin_if_unused(lh);
+	}
+	if (released)
+		rlock_wake_worker();
+}

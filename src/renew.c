@@ -1,0 +1,166 @@
+/*-------------------------------------------------------------------------
+ *
+ * renew.c
+ *		The watchdog: renews the leases of holds taken without an explicit
+ *		lease, every third of rlock.watchdog_timeout, in batches.
+ *
+ * Renewal is driven from the shared hold table, not from the backends, so
+ * a backend busy in a long query keeps its locks.  An entry is renewed
+ * only while the count the worker last asked Redis to hold, minus the
+ * releases queued on it, is above zero; releases and renewals travel on
+ * the same connection in the order they were decided, so a renewal can
+ * never outlive the release that follows it.  The script itself renews a
+ * key only while the owner's field is in it: it never brings back a lock.
+ * A renewal that finds the field gone marks the entry lost and stops.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/renew.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "rlock.h"
+
+/* Most keys in one renewal script call, as Redisson's default batch */
+#define RLOCK_RENEW_BATCH	100
+
+static TimestampTz next_renewal = 0;
+
+static int
+renew_period_ms(void)
+{
+	return Max(rlock_watchdog_timeout / 3, 1);
+}
+
+TimestampTz
+rlock_renew_next(void)
+{
+	return next_renewal == 0 ? DT_NOEND : next_renewal;
+}
+
+/*
+ * Send one batch: EVALSHA sha n key... lease owner...
+ */
+static void
+renew_send(int *holds, int n)
+{
+	RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_RENEW);
+	const char **argv;
+	size_t	   *lens;
+	char	   *owners;
+	char		lease[24];
+	char		nkeys[16];
+	int			i;
+
+	argv = palloc(sizeof(char *) * (2 * n + 4));
+	lens = palloc(sizeof(size_t) * (2 * n + 4));
+	owners = palloc(RLOCK_OWNER_MAXLEN * n);
+
+	argv[0] = "EVALSHA";
+	lens[0] = 7;
+	argv[1] = rlock_script_sha(RLOCK_SCRIPT_RENEW);
+	lens[1] = 40;
+	argv[2] = nkeys;
+	lens[2] = snprintf(nkeys, sizeof(nkeys), "%d", n);
+	argv[3 + n] = lease;
+	lens[3 + n] = snprintf(lease, sizeof(lease), "%d", rlock_watchdog_timeout);
+	for (i = 0; i < n; i++)
+	{
+		RlockHold  *h = rlock_hold(holds[2 * i]);
+		char	   *owner = owners + i * RLOCK_OWNER_MAXLEN;
+
+		/* the worker alone can free an entry holding locks: h is stable */
+		argv[3 + i] = h->key;
+		lens[3 + i] = h->keylen;
+		argv[4 + n + i] = owner;
+		lens[4 + n + i] = rlock_owner_name(owner, h->owner_id);
+	}
+
+	cmd->nholds = n;
+	cmd->holds = MemoryContextAlloc(TopMemoryContext, sizeof(int) * 2 * n);
+	memcpy(cmd->holds, holds, sizeof(int) * 2 * n);
+	(void) rlock_conn_send(rlock_cmd_conn(), cmd, 2 * n + 4, argv, lens);
+
+	pfree(argv);
+	pfree(lens);
+	pfree(owners);
+}
+
+/*
+ * Renew every watchdog hold, if the time has come.
+ */
+void
+rlock_renew_tick(TimestampTz now)
+{
+	int			batch[2 * RLOCK_RENEW_BATCH];
+	int			n = 0;
+	int			i;
+
+	if (next_renewal == 0)
+		next_renewal = TimestampTzPlusMilliseconds(now, renew_period_ms());
+	if (now < next_renewal)
+		return;
+	next_renewal = TimestampTzPlusMilliseconds(now, renew_period_ms());
+	if (rlock_cmd_conn()->state != RLOCK_CONN_READY)
+		return;
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+		bool		renew;
+
+		SpinLockAcquire(&h->mutex);
+		renew = h->in_use && h->renew && !h->lost &&
+			h->count - h->to_release > 0;
+		batch[2 * n] = i;
+		batch[2 * n + 1] = (int) h->generation;
+		SpinLockRelease(&h->mutex);
+
+		if (!renew)
+			continue;
+		if (++n == RLOCK_RENEW_BATCH)
+		{
+			renew_send(batch, n);
+			n = 0;
+		}
+	}
+	if (n > 0)
+		renew_send(batch, n);
+}
+
+/*
+ * One 1 or 0 per key of the batch.  A 0 means Redis no longer has the
+ * hold: the lock was lost.
+ */
+void
+rlock_renew_reply(RlockCmd *cmd, void *r)
+{
+	redisReply *reply = (redisReply *) r;
+	int			i;
+
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
+		reply->elements != (size_t) cmd->nholds)
+		return;					/* the next period tries again */
+
+	for (i = 0; i < cmd->nholds; i++)
+	{
+		RlockHold  *h;
+
+		if (reply->element[i]->type != REDIS_REPLY_INTEGER ||
+			reply->element[i]->integer != 0)
+			continue;
+		h = rlock_hold(cmd->holds[2 * i]);
+		SpinLockAcquire(&h->mutex);
+		if (h->in_use && h->generation == (uint32) cmd->holds[2 * i + 1])
+			h->lost = true;
+		SpinLockRelease(&h->mutex);
+	}
+}

@@ -1,0 +1,290 @@
+/*-------------------------------------------------------------------------
+ *
+ * request.c
+ *		Backend side of the request path: fill our slot, wake the worker,
+ *		wait on our latch for the answer, and give up cleanly on an error.
+ *
+ * A backend has at most one request in flight, in the slot indexed by its
+ * MyBackendId.  While waiting it sleeps on its own latch and checks for
+ * interrupts after every wake-up, so statement_timeout, lock_timeout,
+ * pg_cancel_backend and pg_terminate_backend all end the wait.  Giving up
+ * sets the slot back to IDLE under its mutex; if the worker had already
+ * granted the lock, the grant is handed back through the release ring, and
+ * if the worker grants it later, the worker hands it back itself (it sees
+ * that the slot no longer waits for that request).
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/request.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "rlock.h"
+
+/* Owner number of this session, 0 until first used */
+static uint64 my_owner_id = 0;
+
+/* True while our slot carries a request we have not collected */
+static bool request_active = false;
+
+/* Error text of the last failed request, for rlock_report_status */
+static char last_detail[RLOCK_DETAIL_LEN];
+
+/* Extra time granted to the worker beyond its own deadlines */
+#define RLOCK_WORKER_GRACE_MS	1000
+
+uint64
+rlock_my_owner_id(void)
+{
+	if (my_owner_id == 0)
+		my_owner_id = pg_atomic_fetch_add_u64(&rlock_shared->next_owner_id, 1);
+	return my_owner_id;
+}
+
+static int
+rlock_my_slot_index(void)
+{
+	if (MyBackendId < 1 || MyBackendId > rlock_shared->nslots)
+		elog(ERROR, "backend id %d has no rlock request slot", MyBackendId);
+	return MyBackendId - 1;
+}
+
+/*
+ * Give up on the request in our slot, if there is one.  Safe to call from
+ * error cleanup and from the exit callback: it raises nothing and allocates
+ * nothing.
+ */
+void
+rlock_abandon_request(void)
+{
+	int			index;
+	RlockSlot  *slot;
+	bool		notify;
+	bool		granted;
+	int			hold;
+
+	if (!request_active)
+		return;
+	request_active = false;
+
+	index = MyBackendId - 1;
+	slot = rlock_slot(index);
+
+	SpinLockAcquire(&slot->mutex);
+	granted = (slot->state == RLOCK_SLOT_DONE &&
+			   slot->op == RLOCK_OP_ACQUIRE &&
+			   slot->status == RLOCK_STATUS_OK);
+	hold = slot->hold;
+	/* a request the worker holds must be dropped by the worker: tell it */
+	notify = (slot->state == RLOCK_SLOT_TAKEN && !slot->queued);
+	if (notify)
+		slot->queued = true;
+	slot->state = RLOCK_SLOT_IDLE;
+	SpinLockRelease(&slot->mutex);
+
+	if (notify)
+		rlock_ring_push(-1 - index);
+	if (granted)
+		rlock_queue_release(hold, 1, -1, false);
+	if (notify || granted)
+		rlock_wake_worker();
+}
+
+/*
+ * Wait until the worker answers request "seq" in our slot.  Returns the
+ * status; gives up (and says why) when the worker does not take the
+ * request or does not answer within its own deadlines plus a grace period.
+ */
+static RlockStatus
+rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
+					  int64 *value)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	TimestampTz take_by;
+	TimestampTz answer_by;
+
+	take_by = TimestampTzPlusMilliseconds(start, rlock_connect_timeout +
+										  RLOCK_WORKER_GRACE_MS);
+	if (wait_until == 0)
+		answer_by = 0;
+	else
+		answer_by = TimestampTzPlusMilliseconds(Max(start, wait_until),
+												(int64) rlock_connect_timeout +
+												rlock_command_timeout +
+												RLOCK_WORKER_GRACE_MS);
+
+	for (;;)
+	{
+		RlockSlotState state;
+		RlockStatus status = RLOCK_STATUS_NONE;
+		TimestampTz now;
+		TimestampTz until;
+		int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
+		long		timeout = -1;
+
+		SpinLockAcquire(&slot->mutex);
+		Assert(slot->seq == seq);
+		state = slot->state;
+		if (state == RLOCK_SLOT_DONE)
+		{
+			status = slot->status;
+			*value = slot->value;
+			strlcpy(last_detail, slot->detail, sizeof(last_detail));
+			slot->state = RLOCK_SLOT_IDLE;
+		}
+		SpinLockRelease(&slot->mutex);
+
+		if (state == RLOCK_SLOT_DONE)
+		{
+			request_active = false;
+			return status;
+		}
+
+		now = GetCurrentTimestamp();
+		until = (state == RLOCK_SLOT_PENDING) ? take_by : answer_by;
+		if (until != 0 && now >= until)
+		{
+			rlock_abandon_request();
+			if (state == RLOCK_SLOT_PENDING)
+			{
+				snprintf(last_detail, sizeof(last_detail),
+						 "The rlock background worker did not take the request within %d ms.",
+						 rlock_connect_timeout + RLOCK_WORKER_GRACE_MS);
+				return RLOCK_STATUS_SHUTDOWN;
+			}
+			snprintf(last_detail, sizeof(last_detail),
+					 "The rlock background worker did not answer in time.");
+			return RLOCK_STATUS_CONNECTION;
+		}
+		if (until != 0)
+		{
+			events |= WL_TIMEOUT;
+			timeout = (long) ((until - now + 999) / 1000);
+		}
+
+		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Send one request to the worker and wait for its answer.
+ *
+ * "hold" names the hold entry for ACQUIRE and RELEASE; "key" is used by the
+ * operations that have no entry.  wait_until bounds an ACQUIRE (0: no
+ * bound); lease_ms is its lease (0: the watchdog).  With use_lock_timeout,
+ * lock_timeout applies to the wait, as it does to a heavyweight lock wait.
+ * An error or interrupt during the wait gives the request up and re-throws.
+ */
+RlockStatus
+rlock_request(RlockOp op, RlockKind kind, int hold, const char *key,
+			  int keylen, TimestampTz wait_until, int64 lease_ms,
+			  bool use_lock_timeout, int64 *value)
+{
+	int			index = rlock_my_slot_index();
+	RlockSlot  *slot = rlock_slot(index);
+	uint64		seq;
+	bool		push;
+	bool		timer = (use_lock_timeout && LockTimeout > 0);
+	RlockStatus status;
+
+	Assert(!request_active);
+
+	slot->latch = MyLatch;
+	slot->op = op;
+	slot->kind = kind;
+	slot->hold = hold;
+	slot->wait_until = wait_until;
+	slot->lease_ms = lease_ms;
+	slot->keylen = keylen;
+	if (keylen > 0)
+		memcpy(slot->key, key, keylen);
+	slot->key[keylen] = '\0';
+
+	SpinLockAcquire(&slot->mutex);
+	Assert(slot->state == RLOCK_SLOT_IDLE);
+	seq = ++slot->seq;
+	slot->status = RLOCK_STATUS_NONE;
+	slot->value = 0;
+	slot->detail[0] = '\0';
+	slot->state = RLOCK_SLOT_PENDING;
+	push = !slot->queued;
+	slot->queued = true;
+	SpinLockRelease(&slot->mutex);
+
+	request_active = true;
+	if (push)
+		rlock_ring_push(-1 - index);
+	rlock_wake_worker();
+
+	PG_TRY();
+	{
+		if (timer)
+			enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
+		status = rlock_wait_for_answer(slot, seq, wait_until, value);
+	}
+	PG_CATCH();
+	{
+		if (timer)
+			disable_timeout(LOCK_TIMEOUT, false);
+		rlock_abandon_request();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (timer)
+		disable_timeout(LOCK_TIMEOUT, false);
+	return status;
+}
+
+/*
+ * Raise the error that goes with a failed request.  Returns for the
+ * statuses that are not errors.
+ */
+void
+rlock_report_status(RlockStatus status, const char *key, int keylen)
+{
+	switch (status)
+	{
+		case RLOCK_STATUS_NONE:
+		case RLOCK_STATUS_OK:
+		case RLOCK_STATUS_BUSY:
+		case RLOCK_STATUS_NOT_HELD:
+			return;
+		case RLOCK_STATUS_CONNECTION:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 keylen > 0 ?
+					 errmsg("could not reach Redis for lock \"%.*s\"",
+							keylen, key) :
+					 errmsg("could not reach Redis"),
+					 last_detail[0] ? errdetail_internal("%s", last_detail) : 0));
+			break;
+		case RLOCK_STATUS_REDIS_ERROR:
+			ereport(ERROR,
+					(errcode(ERRCODE_SYSTEM_ERROR),
+					 keylen > 0 ?
+					 errmsg("Redis returned an error for lock \"%.*s\"",
+							keylen, key) :
+					 errmsg("Redis returned an error"),
+					 errdetail_internal("%s", last_detail)));
+			break;
+		case RLOCK_STATUS_SHUTDOWN:
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("rlock background worker is not running"),
+					 last_detail[0] ? errdetail_internal("%s", last_detail) : 0,
+					 errhint("Check the server log for why the worker stopped.")));
+			break;
+	}
+}

@@ -1,0 +1,208 @@
+/*-------------------------------------------------------------------------
+ *
+ * rlock.c
+ *		Module initialisation: settings, shared memory hooks and the
+ *		registration of the background worker.
+ *
+ * rlock works only when loaded through shared_preload_libraries.  Loaded any
+ * other way (CREATE EXTENSION in a server without it, for instance) it
+ * defines nothing, and every SQL function refuses with a hint.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/rlock.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+#include "rlock.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/*---- settings ----*/
+char	   *rlock_host = NULL;
+int			rlock_port = 6379;
+char	   *rlock_unix_socket = NULL;
+int			rlock_database = 0;
+char	   *rlock_username = NULL;
+char	   *rlock_password_file = NULL;
+char	   *rlock_key_prefix = NULL;
+int			rlock_connect_timeout = 2000;
+int			rlock_command_timeout = 3000;
+int			rlock_watchdog_timeout = 30000;
+int			rlock_max_key_length = 512;
+int			rlock_max_locks = 4096;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void rlock_define_settings(void);
+static void rlock_register_worker(void);
+static void rlock_request_hook(void);
+static void rlock_startup_hook(void);
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	rlock_define_settings();
+
+	if (IsBinaryUpgrade)
+		return;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = rlock_request_hook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = rlock_startup_hook;
+
+	rlock_register_worker();
+}
+
+static void
+rlock_define_settings(void)
+{
+	DefineCustomStringVariable("rlock.host",
+							   "Host name or IP address of the Redis server.",
+							   NULL,
+							   &rlock_host,
+							   "127.0.0.1",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.port",
+							"TCP port of the Redis server.",
+							NULL,
+							&rlock_port,
+							6379, 1, 65535,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.unix_socket",
+							   "Unix-domain socket of the Redis server.",
+							   "When set, it is used instead of rlock.host and rlock.port.",
+							   &rlock_unix_socket,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.database",
+							"Redis database number the locks live in.",
+							NULL,
+							&rlock_database,
+							0, 0, INT_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.username",
+							   "Redis ACL user name.",
+							   "Empty means the default user.",
+							   &rlock_username,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.password_file",
+							   "File holding the Redis password.",
+							   "The first line of the file is the password.  Empty means no password.",
+							   &rlock_password_file,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.key_prefix",
+							   "Text put in front of every lock key.",
+							   NULL,
+							   &rlock_key_prefix,
+							   "",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.connect_timeout",
+							"Time allowed for connecting to Redis.",
+							"Requests that find no connection fail after this long.",
+							&rlock_connect_timeout,
+							2000, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.command_timeout",
+							"Time allowed for Redis to answer a command.",
+							"A connection that leaves a command unanswered for longer is dropped and made again.",
+							&rlock_command_timeout,
+							3000, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.watchdog_timeout",
+							"Lease of locks taken without an explicit lease.",
+							"The worker renews such leases every third of this time while they are held.",
+							&rlock_watchdog_timeout,
+							30000, 100, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.max_key_length",
+							"Maximum length of a lock key in bytes, prefix included.",
+							NULL,
+							&rlock_max_key_length,
+							512, 16, 65535,
+							PGC_POSTMASTER, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.max_locks",
+							"Size of the shared table of held locks.",
+							"One entry per key and session holding or taking it.",
+							&rlock_max_locks,
+							4096, 16, 1048576,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("rlock");
+}
+
+static void
+rlock_register_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_ConsistentState;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "rlock");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "rlock_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "rlock worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "rlock worker");
+	RegisterBackgroundWorker(&worker);
+}
+
+static void
+rlock_request_hook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	rlock_shmem_request();
+}
+
+static void
+rlock_startup_hook(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	rlock_shmem_startup();
+}

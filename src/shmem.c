@@ -1,0 +1,423 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.c
+ *		rlock's shared memory: request slots, the hold table and the ring.
+ *
+ * Layout.  One RlockShared header, then MaxBackends request slots, then
+ * rlock.max_locks hold entries, then the ring.  Slots and entries end in a
+ * key buffer of rlock.max_key_length bytes, so both are addressed through
+ * rlock_slot() and rlock_hold() rather than as C arrays.
+ *
+ * Locking protocol.  Only spinlocks are used, each held for a few stores,
+ * and never two at a time.
+ *
+ * - RlockShared.mutex protects worker_latch and worker_pid.  The worker sets
+ *   them when it starts and clears them when it exits.
+ *
+ * - A slot belongs to the backend whose MyBackendId - 1 is its index.  Its
+ *   mutex protects state, seq, queued and the result fields.  The backend
+ *   writes the request fields while the slot is IDLE (nobody else reads them
+ *   then), increments seq and sets PENDING under the mutex; the worker moves
+ *   PENDING to TAKEN under the mutex and copies the request out.  The worker
+ *   writes the result and sets DONE only if seq still names the request it
+ *   took and the state is still TAKEN; otherwise the backend gave up on it.
+ *   The backend gives up by setting IDLE (from PENDING or TAKEN), so a late
+ *   result can never complete a newer request.
+ *
+ * - A hold entry is allocated by a backend (rlock_hold_alloc) and belongs to
+ *   it while in_use.  Its mutex protects every field but next_free, which
+ *   holds_mutex protects together with free_hold.  Backend-written and
+ *   worker-written fields are listed in rlock.h; either side may set queued
+ *   and push the entry, and only the worker clears queued (when it takes the
+ *   entry off the ring).  An entry is freed, by whichever side sees it first,
+ *   once the backend no longer pins it and the worker has nothing left to
+ *   send or hear about it (rlock_hold_try_free).  Freeing bumps generation,
+ *   which is how a backend notices that an entry it remembers was reused.
+ *
+ * - RlockRing.mutex protects head, tail and the items.  The ring is FIFO, so
+ *   a backend's release queued before its next request reaches Redis first
+ *   on the worker's single command connection.
+ *
+ * The owner uuid is chosen when shared memory is initialised, so owners
+ * from before a crash restart can never be renewed or released by mistake.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/shmem.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+
+#include "rlock.h"
+
+RlockShared *rlock_shared = NULL;
+
+static Size
+rlock_slot_size(void)
+{
+	return MAXALIGN(offsetof(RlockSlot, key) + rlock_max_key_length + 1);
+}
+
+static Size
+rlock_hold_size(void)
+{
+	return MAXALIGN(offsetof(RlockHold, key) + rlock_max_key_length + 1);
+}
+
+static Size
+rlock_shmem_size(void)
+{
+	Size		size;
+
+	size = MAXALIGN(sizeof(RlockShared));
+	size = add_size(size, mul_size(MaxBackends, rlock_slot_size()));
+	size = add_size(size, mul_size(rlock_max_locks, rlock_hold_size()));
+	size = add_size(size, offsetof(RlockRing, items));
+	size = add_size(size, mul_size(add_size(MaxBackends, rlock_max_locks),
+								   sizeof(int)));
+	return size;
+}
+
+/*
+ * shmem_request_hook: reserve our shared memory.  MaxBackends is known here.
+ */
+void
+rlock_shmem_request(void)
+{
+	RequestAddinShmemSpace(rlock_shmem_size());
+}
+
+/*
+ * Write a random version 4 UUID in canonical lower-case form.
+ */
+static void
+rlock_make_uuid(char *buf)
+{
+	uint8		b[16];
+
+	if (!pg_strong_random(b, sizeof(b)))
+		ereport(FATAL,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random owner id")));
+	b[6] = (b[6] & 0x0f) | 0x40;
+	b[8] = (b[8] & 0x3f) | 0x80;
+	snprintf(buf, RLOCK_UUID_LEN + 1,
+			 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
+			 "%02x%02x%02x%02x%02x%02x",
+			 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+			 b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/*
+ * shmem_startup_hook: create or attach to our shared memory.  Runs in the
+ * postmaster at start and after every crash restart, which reinitialises
+ * everything, including the owner uuid.
+ */
+void
+rlock_shmem_startup(void)
+{
+	bool		found;
+	char	   *p;
+	int			i;
+
+	rlock_shared = NULL;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	p = ShmemInitStruct("rlock", rlock_shmem_size(), &found);
+	rlock_shared = (RlockShared *) p;
+	p += MAXALIGN(sizeof(RlockShared));
+
+	if (!found)
+	{
+		RlockShared *s = rlock_shared;
+
+		SpinLockInit(&s->mutex);
+		s->worker_latch = NULL;
+		s->worker_pid = 0;
+		rlock_make_uuid(s->uuid);
+		pg_atomic_init_u64(&s->next_owner_id, 1);
+
+		s->nslots = MaxBackends;
+		s->slot_size = rlock_slot_size();
+		s->nholds = rlock_max_locks;
+		s->hold_size = rlock_hold_size();
+		s->slots = p;
+		p += s->nslots * s->slot_size;
+		s->holds = p;
+		p += s->nholds * s->hold_size;
+		s->ring = (RlockRing *) p;
+
+		for (i = 0; i < s->nslots; i++)
+		{
+			RlockSlot  *slot = rlock_slot(i);
+
+			memset(slot, 0, offsetof(RlockSlot, key));
+			SpinLockInit(&slot->mutex);
+			slot->state = RLOCK_SLOT_IDLE;
+			slot->hold = -1;
+		}
+
+		SpinLockInit(&s->holds_mutex);
+		for (i = 0; i < s->nholds; i++)
+		{
+			RlockHold  *h = rlock_hold(i);
+
+			memset(h, 0, offsetof(RlockHold, key));
+			SpinLockInit(&h->mutex);
+			h->next_free = (i + 1 < s->nholds) ? i + 1 : -1;
+		}
+		s->free_hold = 0;
+
+		SpinLockInit(&s->ring->mutex);
+		s->ring->head = 0;
+		s->ring->tail = 0;
+		s->ring->size = s->nslots + s->nholds;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+RlockSlot *
+rlock_slot(int index)
+{
+	Assert(index >= 0 && index < rlock_shared->nslots);
+	return (RlockSlot *) (rlock_shared->slots +
+						  index * rlock_shared->slot_size);
+}
+
+RlockHold *
+rlock_hold(int index)
+{
+	Assert(index >= 0 && index < rlock_shared->nholds);
+	return (RlockHold *) (rlock_shared->holds +
+						  index * rlock_shared->hold_size);
+}
+
+/*
+ * Append an item to the ring.  The caller has set the item's queued flag,
+ * which guarantees room.
+ */
+void
+rlock_ring_push(int item)
+{
+	RlockRing  *ring = rlock_shared->ring;
+
+	SpinLockAcquire(&ring->mutex);
+	ring->items[ring->tail] = item;
+	ring->tail = (ring->tail + 1) % ring->size;
+	SpinLockRelease(&ring->mutex);
+}
+
+/*
+ * Take the oldest item off the ring; false when it is empty.
+ */
+bool
+rlock_ring_pop(int *item)
+{
+	RlockRing  *ring = rlock_shared->ring;
+	bool		found = false;
+
+	SpinLockAcquire(&ring->mutex);
+	if (ring->head != ring->tail)
+	{
+		*item = ring->items[ring->head];
+		ring->head = (ring->head + 1) % ring->size;
+		found = true;
+	}
+	SpinLockRelease(&ring->mutex);
+	return found;
+}
+
+/*
+ * Allocate a hold entry for one key of this backend, pinned.  Returns -1
+ * when the table is full; otherwise the index, with the entry's generation
+ * in *generation.
+ */
+int
+rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
+				 uint32 *generation)
+{
+	RlockHold  *h;
+	int			index;
+
+	SpinLockAcquire(&rlock_shared->holds_mutex);
+	index = rlock_shared->free_hold;
+	if (index >= 0)
+		rlock_shared->free_hold = rlock_hold(index)->next_free;
+	SpinLockRelease(&rlock_shared->holds_mutex);
+
+	if (index < 0)
+		return -1;
+
+	h = rlock_hold(index);
+	SpinLockAcquire(&h->mutex);
+	h->in_use = true;
+	h->owner_id = owner_id;
+	h->kind = kind;
+	h->keylen = keylen;
+	memcpy(h->key, key, keylen);
+	h->key[keylen] = '\0';
+	h->pinned = true;
+	h->to_release = 0;
+	h->lease_ms = 0;
+	h->renew = false;
+	h->count = 0;
+	h->acquiring = false;
+	h->unacked = 0;
+	h->resync = false;
+	h->lost = false;
+	h->queued = false;
+	*generation = h->generation;
+	SpinLockRelease(&h->mutex);
+
+	return index;
+}
+
+/*
+ * Pin an entry this backend used before, if it is still the same entry
+ * (not freed since).  A backend must reuse its live entry for a key rather
+ * than allocate a second one: two entries for one owner and key would each
+ * believe they know the hold count in Redis.
+ */
+bool
+rlock_hold_pin(int index, uint32 generation)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		pinned = false;
+
+	SpinLockAcquire(&h->mutex);
+	if (h->in_use && h->generation == generation)
+	{
+		h->pinned = true;
+		pinned = true;
+	}
+	SpinLockRelease(&h->mutex);
+	return pinned;
+}
+
+/*
+ * Is the entry still the one this backend allocated?
+ */
+bool
+rlock_hold_is_current(int index, uint32 generation)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		current;
+
+	SpinLockAcquire(&h->mutex);
+	current = (h->in_use && h->generation == generation);
+	SpinLockRelease(&h->mutex);
+	return current;
+}
+
+/*
+ * The backend no longer holds the key nor waits for it: let the entry go
+ * once the worker is done with it.
+ */
+void
+rlock_hold_unpin(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	SpinLockAcquire(&h->mutex);
+	h->pinned = false;
+	SpinLockRelease(&h->mutex);
+	rlock_hold_try_free(index);
+}
+
+/*
+ * Record the lease of the newest hold and whether any hold uses the
+ * watchdog, after the backend gained a hold.
+ */
+void
+rlock_hold_describe(int index, int64 lease_ms, bool renew)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	SpinLockAcquire(&h->mutex);
+	h->lease_ms = lease_ms;
+	h->renew = renew;
+	SpinLockRelease(&h->mutex);
+}
+
+/*
+ * Free a hold entry if nobody needs it any more: the backend has unpinned
+ * it and the worker has nothing to send or to hear about it.  Either side
+ * may call this after making the entry idle.
+ */
+bool
+rlock_hold_try_free(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		freed = false;
+
+	SpinLockAcquire(&h->mutex);
+	if (h->in_use && !h->pinned && h->count == 0 && h->to_release == 0 &&
+		!h->queued && !h->acquiring && h->unacked == 0 && !h->resync)
+	{
+		h->in_use = false;
+		h->generation++;
+		freed = true;
+	}
+	SpinLockRelease(&h->mutex);
+
+	if (freed)
+	{
+		SpinLockAcquire(&rlock_shared->holds_mutex);
+		h->next_free = rlock_shared->free_hold;
+		rlock_shared->free_hold = index;
+		SpinLockRelease(&rlock_shared->holds_mutex);
+	}
+	return freed;
+}
+
+/*
+ * Hand "count" holds of an entry back to the worker, which sends one
+ * release for everything queued on the entry.  lease_ms and renew describe
+ * the holds that remain.  Needs no memory, no slot and no reply, so the
+ * transaction and exit callbacks can use it; the caller wakes the worker.
+ * A negative lease_ms leaves the description of the remaining holds as it
+ * is (used when handing back a grant that its request gave up on).
+ */
+void
+rlock_queue_release(int index, int count, int64 lease_ms, bool renew)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		push;
+
+	SpinLockAcquire(&h->mutex);
+	h->to_release += count;
+	if (lease_ms >= 0)
+	{
+		h->lease_ms = lease_ms;
+		h->renew = renew;
+	}
+	push = !h->queued;
+	h->queued = true;
+	SpinLockRelease(&h->mutex);
+
+	if (push)
+		rlock_ring_push(index);
+}
+
+/*
+ * Set the worker's latch, if a worker runs.
+ */
+void
+rlock_wake_worker(void)
+{
+	Latch	   *latch;
+
+	SpinLockAcquire(&rlock_shared->mutex);
+	latch = rlock_shared->worker_latch;
+	SpinLockRelease(&rlock_shared->mutex);
+
+	if (latch != NULL)
+		SetLatch(latch);
+}

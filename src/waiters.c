@@ -1,0 +1,328 @@
+/*-------------------------------------------------------------------------
+ *
+ * waiters.c
+ *		Local waiters and the pub/sub subscriptions they share.
+ *
+ * Requests of this instance that wait for the same lock form a group keyed
+ * by the lock's channel.  The group holds one subscription, made when its
+ * first waiter arrives and dropped when its last one leaves, so the number
+ * of subscriptions never exceeds the number of distinct busy keys.
+ *
+ * Wake-ups follow Redisson: a subscription being confirmed retries every
+ * waiter (the lock may have been freed while subscribing); an unlock
+ * message "0" retries one waiter, and "1" (read-write unlock) all of them.
+ * Every message also bumps the group's wake count, so a waiter whose try
+ * was on the wire when the message came in tries again instead of
+ * sleeping.  Messages are only hints: every waiter also has a timer
+ * bounded by the lock's TTL, so a lost message costs time, never a hang.
+ *
+ * Subscription states move SUBSCRIBING -> SUBSCRIBED -> UNSUBSCRIBING and
+ * back.  hiredis counts a SUBSCRIBE sent while an UNSUBSCRIBE is still
+ * unanswered, so a waiter arriving then simply subscribes again.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/waiters.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "rlock.h"
+
+typedef enum SubState
+{
+	SUB_NONE,					/* not subscribed, nothing sent */
+	SUB_SUBSCRIBING,			/* SUBSCRIBE sent, not confirmed */
+	SUB_SUBSCRIBED,
+	SUB_UNSUBSCRIBING			/* UNSUBSCRIBE sent, not confirmed */
+} SubState;
+
+typedef struct WaitGroup
+{
+	RlockKeyRef channel;		/* hash key; data allocated with the group */
+	SubState	state;
+	dlist_head	waiters;
+	int			nwaiters;
+	uint64		wakes;			/* messages received on the channel */
+} WaitGroup;
+
+typedef struct Waiter
+{
+	WaitGroup  *group;			/* NULL when not waiting */
+	dlist_node	node;
+} Waiter;
+
+static HTAB *groups = NULL;
+static Waiter *waiters = NULL;	/* one per slot */
+static char *channel_buf = NULL;
+
+void
+rlock_waiters_init(int nslots)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(RlockKeyRef);
+	ctl.entrysize = sizeof(WaitGroup);
+	ctl.hash = rlock_keyref_hash;
+	ctl.match = rlock_keyref_match;
+	ctl.hcxt = TopMemoryContext;
+	groups = hash_create("rlock wait groups", 64, &ctl,
+						 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+						 HASH_CONTEXT);
+	waiters = MemoryContextAllocZero(TopMemoryContext,
+									 sizeof(Waiter) * nslots);
+	channel_buf = MemoryContextAlloc(TopMemoryContext,
+									 RLOCK_CHANNEL_MAXLEN(rlock_max_key_length));
+}
+
+static WaitGroup *
+waiters_find(const char *channel, int len)
+{
+	RlockKeyRef k;
+
+	k.data = channel;
+	k.len = len;
+	return (WaitGroup *) hash_search(groups, &k, HASH_FIND, NULL);
+}
+
+static void
+waiters_delete_group(WaitGroup *g)
+{
+	char	   *data = (char *) g->channel.data;
+
+	Assert(g->nwaiters == 0);
+	hash_search(groups, &g->channel, HASH_REMOVE, NULL);
+	pfree(data);
+}
+
+/*
+ * Send SUBSCRIBE or UNSUBSCRIBE for a group's channel.
+ */
+static bool
+waiters_send(WaitGroup *g, bool subscribe)
+{
+	RlockConn  *conn = rlock_sub_conn();
+	const char *argv[2];
+	size_t		lens[2];
+
+	if (conn->state != RLOCK_CONN_READY)
+		return false;
+	argv[0] = subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
+	lens[0] = strlen(argv[0]);
+	argv[1] = g->channel.data;
+	lens[1] = g->channel.len;
+	return rlock_conn_send(conn,
+						   rlock_cmd_new(subscribe ? RLOCK_CMD_SUBSCRIBE :
+										 RLOCK_CMD_UNSUBSCRIBE),
+						   2, argv, lens);
+}
+
+static void
+waiters_subscribe(WaitGroup *g)
+{
+	if (waiters_send(g, true))
+		g->state = SUB_SUBSCRIBING;
+	else
+		g->state = SUB_NONE;
+}
+
+/*
+ * Retry waiters of a group: all, or the first one that is waiting (not
+ * trying already), which then moves to the back of the line.
+ */
+static void
+waiters_wake(WaitGroup *g, bool all)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &g->waiters)
+	{
+		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
+
+		if (rlock_worker_retry(w - waiters) && !all)
+		{
+			dlist_move_tail(&g->waiters, &w->node);
+			return;
+		}
+	}
+}
+
+/*
+ * The request in "slot" waits for the lock "key": put it in the key's
+ * group, subscribing if it is the first.  Does nothing if it is already in.
+ */
+void
+rlock_waiters_join(int slot, const char *key, int keylen)
+{
+	Waiter	   *w = &waiters[slot];
+	WaitGroup  *g;
+	RlockKeyRef k;
+	bool		found;
+	int			len;
+
+	if (w->group != NULL)
+		return;
+
+	len = rlock_channel_name(channel_buf, key, keylen);
+	k.data = channel_buf;
+	k.len = len;
+	g = (WaitGroup *) hash_search(groups, &k, HASH_ENTER, &found);
+	if (!found)
+	{
+		char	   *copy = MemoryContextAlloc(TopMemoryContext, len + 1);
+
+		memcpy(copy, channel_buf, len + 1);
+		g->channel.data = copy;
+		g->state = SUB_NONE;
+		dlist_init(&g->waiters);
+		g->nwaiters = 0;
+		g->wakes = 0;
+	}
+
+	w->group = g;
+	dlist_push_tail(&g->waiters, &w->node);
+	g->nwaiters++;
+	if (g->state == SUB_NONE || g->state == SUB_UNSUBSCRIBING)
+		waiters_subscribe(g);
+}
+
+/*
+ * The request in "slot" stops waiting.  The last waiter of a group takes
+ * its subscription away.
+ */
+void
+rlock_waiters_leave(int slot)
+{
+	Waiter	   *w = &waiters[slot];
+	WaitGroup  *g = w->group;
+
+	if (g == NULL)
+		return;
+	dlist_delete(&w->node);
+	w->group = NULL;
+	if (--g->nwaiters > 0)
+		return;
+
+	if ((g->state == SUB_SUBSCRIBING || g->state == SUB_SUBSCRIBED) &&
+		waiters_send(g, false))
+		g->state = SUB_UNSUBSCRIBING;
+	else if (g->state != SUB_UNSUBSCRIBING)
+		waiters_delete_group(g);
+}
+
+/*
+ * Wake-ups seen so far on the channel the request in "slot" waits on.
+ */
+uint64
+rlock_waiters_wakes(int slot)
+{
+	WaitGroup  *g = waiters[slot].group;
+
+	return g ? g->wakes : 0;
+}
+
+/*
+ * This instance just freed "key": hand it to one local waiter, whose try
+ * goes out right behind the release instead of after the round trip of
+ * the unlock message.
+ */
+void
+rlock_waiters_hand_off(const char *key, int keylen)
+{
+	WaitGroup  *g;
+	int			len;
+
+	if (hash_get_num_entries(groups) == 0)
+		return;
+	len = rlock_channel_name(channel_buf, key, keylen);
+	g = waiters_find(channel_buf, len);
+	if (g != NULL)
+		waiters_wake(g, false);
+}
+
+/*
+ * A subscribe or unsubscribe confirmation: ["subscribe", channel, count].
+ */
+void
+rlock_waiters_reply(RlockCmd *cmd, void *r)
+{
+	redisReply *reply = (redisReply *) r;
+	WaitGroup  *g;
+
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
+		reply->elements < 2 ||
+		reply->element[1]->type != REDIS_REPLY_STRING)
+		return;
+	g = waiters_find(reply->element[1]->str, reply->element[1]->len);
+	if (g == NULL)
+		return;
+
+	if (cmd->type == RLOCK_CMD_SUBSCRIBE && g->state == SUB_SUBSCRIBING)
+	{
+		g->state = SUB_SUBSCRIBED;
+		waiters_wake(g, true);
+	}
+	else if (cmd->type == RLOCK_CMD_UNSUBSCRIBE &&
+			 g->state == SUB_UNSUBSCRIBING && g->nwaiters == 0)
+		waiters_delete_group(g);
+}
+
+/*
+ * A message published on a channel we subscribed.
+ */
+void
+rlock_waiters_message(const char *channel, int channellen,
+					  const char *payload, int payloadlen)
+{
+	WaitGroup  *g = waiters_find(channel, channellen);
+
+	if (g == NULL)
+		return;
+	g->wakes++;
+	waiters_wake(g, payloadlen == 1 && payload[0] == '1');
+}
+
+/*
+ * The subscriber connection is back: subscribe again where waiters wait.
+ */
+void
+rlock_waiters_conn_ready(void)
+{
+	HASH_SEQ_STATUS seq;
+	WaitGroup  *g;
+
+	hash_seq_init(&seq, groups);
+	while ((g = (WaitGroup *) hash_seq_search(&seq)) != NULL)
+	{
+		if (g->nwaiters > 0)
+			waiters_subscribe(g);
+		else
+			waiters_delete_group(g);
+	}
+}
+
+/*
+ * The subscriber connection is gone, and every subscription with it.
+ * Waiters keep their TTL-bounded timers.
+ */
+void
+rlock_waiters_conn_lost(void)
+{
+	HASH_SEQ_STATUS seq;
+	WaitGroup  *g;
+
+	hash_seq_init(&seq, groups);
+	while ((g = (WaitGroup *) hash_seq_search(&seq)) != NULL)
+	{
+		g->state = SUB_NONE;
+		if (g->nwaiters == 0)
+			waiters_delete_group(g);
+	}
+}

@@ -1,0 +1,1019 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		The rlock background worker: the only process that talks to Redis.
+ *
+ * One loop does everything.  Each pass:
+ *
+ *	1. advances the connections (attempts, deadlines, failures);
+ *	2. drains the ring in FIFO order: hold entries with releases to send,
+ *	   and slots with new (or given-up) requests;
+ *	3. fires due timers: waits that ran out, TTL-bounded retries,
+ *	   requests that found no connection in time;
+ *	4. sends the pending requests and, when due, the watchdog renewals;
+ *	5. flushes: everything queued in this pass goes out in one write;
+ *	6. sleeps on the one WaitEventSet until the latch, a socket or the next
+ *	   deadline, and lets hiredis run the reply callbacks.
+ *
+ * A request moves PENDING -> INFLIGHT -> done, or, when the lock is busy
+ * and time remains, INFLIGHT -> WAITING -> PENDING -> INFLIGHT ...  A
+ * waiting request is retried when an unlock message arrives on its
+ * channel, when the subscription is confirmed, or when its timer fires:
+ * after min(remaining TTL, remaining wait), as Redisson does.
+ *
+ * The worker keeps, per hold entry, the hold count it has asked Redis to
+ * hold (RlockHold.count).  Every acquire and release names that target
+ * count (see scripts.c), so after a lost reply the worker can simply send
+ * the entry's count again ("resync").  A grant that arrives for a request
+ * its backend gave up is handed back at once.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/worker.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "lib/pairingheap.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "rlock.h"
+
+typedef enum ReqState
+{
+	REQ_NONE,					/* no request for this slot */
+	REQ_PENDING,				/* to be sent when the connection allows */
+	REQ_INFLIGHT,				/* its command is on the wire */
+	REQ_WAITING					/* the lock is busy: waiting to retry */
+} ReqState;
+
+/* The worker's copy of a slot's request */
+typedef struct WorkerReq
+{
+	ReqState	state;
+	uint64		seq;
+	RlockOp		op;
+	RlockKind	kind;
+	int			hold;
+	char	   *key;			/* EXISTS, PTTL: the key */
+	int			keylen;
+	TimestampTz wait_until;		/* ACQUIRE: 0 = no limit */
+	int64		lease_ms;		/* ACQUIRE: 0 = the watchdog */
+	uint64		wakes_seen;		/* wake-ups of its channel at last send */
+	int			noscript;		/* NOSCRIPT retries so far */
+	TimestampTz timer_at;		/* 0 = no timer */
+	pairingheap_node timer_node;
+	dlist_node	pending_node;
+} WorkerReq;
+
+static WorkerReq *reqs;			/* one per slot */
+static pairingheap *timers;
+static dlist_head pending = DLIST_STATIC_INIT(pending);
+static RlockStatus *release_status; /* outcome of each entry's last release */
+static char *channel_buf;		/* room for any channel name */
+
+/* Retry a request whose script Redis had lost at most this often */
+#define RLOCK_NOSCRIPT_RETRIES	2
+
+
+/*---- timers ----*/
+
+static int
+worker_timer_cmp(const pairingheap_node *a, const pairingheap_node *b,
+				 void *arg)
+{
+	const WorkerReq *ra = pairingheap_const_container(WorkerReq, timer_node, a);
+	const WorkerReq *rb = pairingheap_const_container(WorkerReq, timer_node, b);
+
+	/* the heap puts its greatest element first: make earlier greater */
+	if (ra->timer_at < rb->timer_at)
+		return 1;
+	if (ra->timer_at > rb->timer_at)
+		return -1;
+	return 0;
+}
+
+static void
+worker_timer_cancel(WorkerReq *req)
+{
+	if (req->timer_at != 0)
+	{
+		pairingheap_remove(timers, &req->timer_node);
+		req->timer_at = 0;
+	}
+}
+
+static void
+worker_timer_set(WorkerReq *req, TimestampTz at)
+{
+	worker_timer_cancel(req);
+	if (at == 0 || at == DT_NOEND)
+		return;
+	req->timer_at = at;
+	pairingheap_add(timers, &req->timer_node);
+}
+
+/*---- request bookkeeping ----*/
+
+static inline int
+worker_slot_of(WorkerReq *req)
+{
+	return req - reqs;
+}
+
+/*
+ * Put a request on the pending list.  Without a usable connection it gets
+ * rlock.connect_timeout to find one.
+ */
+static void
+worker_make_pending(WorkerReq *req)
+{
+	req->state = REQ_PENDING;
+	dlist_push_tail(&pending, &req->pending_node);
+	if (rlock_cmd_conn()->state == RLOCK_CONN_READY)
+		worker_timer_cancel(req);
+	else
+		worker_timer_set(req,
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 rlock_connect_timeout));
+}
+
+/*
+ * Forget a request: it is answered, or its backend gave it up.  A command
+ * still on the wire for it will find the request gone when answered.
+ */
+static void
+worker_forget(WorkerReq *req)
+{
+	if (req->state == REQ_NONE)
+		return;
+	if (req->state == REQ_PENDING)
+		dlist_delete(&req->pending_node);
+	worker_timer_cancel(req);
+	rlock_waiters_leave(worker_slot_of(req));
+	if (req->key != NULL)
+	{
+		pfree(req->key);
+		req->key = NULL;
+	}
+	req->state = REQ_NONE;
+}
+
+/*
+ * The request a reply belongs to, if it is still the current request of
+ * its slot and still waits for that reply.
+ */
+static WorkerReq *
+worker_current(RlockCmd *cmd)
+{
+	WorkerReq  *req = &reqs[cmd->slot];
+
+	if (req->state == REQ_INFLIGHT && req->seq == cmd->seq)
+		return req;
+	return NULL;
+}
+
+/*
+ * Write the result into the slot, if the slot still waits for this
+ * request, and wake its backend.  Returns false if the backend gave up.
+ */
+static bool
+worker_answer(int slot, uint64 seq, RlockStatus status, int64 value,
+			  const char *detail)
+{
+	RlockSlot  *s = rlock_slot(slot);
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&s->mutex);
+	if (s->seq == seq && s->state == RLOCK_SLOT_TAKEN)
+	{
+		s->status = status;
+		s->value = value;
+		strlcpy(s->detail, detail ? detail : "", sizeof(s->detail));
+		s->state = RLOCK_SLOT_DONE;
+		latch = s->latch;
+	}
+	SpinLockRelease(&s->mutex);
+
+	if (latch != NULL)
+		SetLatch(latch);
+	return latch != NULL;
+}
+
+static void
+worker_complete(WorkerReq *req, RlockStatus status, int64 value,
+				const char *detail)
+{
+	(void) worker_answer(worker_slot_of(req), req->seq, status, value,
+						 detail);
+	worker_forget(req);
+}
+
+/*
+ * Describe why Redis cannot be reached now, for a failed request.
+ */
+static void
+worker_connection_detail(char *buf, size_t size)
+{
+	RlockConn  *conn = rlock_cmd_conn();
+
+	snprintf(buf, size, "No usable connection to Redis at %s: %s.",
+			 rlock_server_address(),
+			 conn->error[0] ? conn->error : "not connected");
+}
+
+/*---- hold entries ----*/
+
+static bool
+worker_hold_acquiring(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		acquiring;
+
+	SpinLockAcquire(&h->mutex);
+	acquiring = h->acquiring;
+	SpinLockRelease(&h->mutex);
+	return acquiring;
+}
+
+/*
+ * Lease to send for a hold described by lease_ms (0 = the watchdog).
+ */
+static int64
+worker_lease(int64 lease_ms)
+{
+	return lease_ms > 0 ? lease_ms : rlock_watchdog_timeout;
+}
+
+/*
+ * Send the release script that leaves "target" holds of the entry in
+ * Redis.  A full release hands the lock to a local waiter right behind it.
+ */
+static void
+worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
+{
+	RlockHold  *h = rlock_hold(index);
+	RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_RELEASE);
+	char	   *channel = channel_buf;
+	char		owner[RLOCK_OWNER_MAXLEN];
+	char		count[24];
+	char		lease[24];
+	const char *argv[9];
+	size_t		lens[9];
+
+	argv[0] = "EVALSHA";
+	argv[1] = rlock_script_sha(RLOCK_SCRIPT_RELEASE);
+	argv[2] = "2";
+	argv[3] = h->key;
+	lens[3] = h->keylen;
+	argv[4] = channel;
+	lens[4] = rlock_channel_name(channel, h->key, h->keylen);
+	argv[5] = owner;
+	lens[5] = rlock_owner_name(owner, owner_id);
+	argv[6] = count;
+	lens[6] = snprintf(count, sizeof(count), "%d", target);
+	argv[7] = lease;
+	lens[7] = snprintf(lease, sizeof(lease), INT64_FORMAT,
+					   worker_lease(lease_ms));
+	argv[8] = "PUBLISH";
+	lens[0] = 7;
+	lens[1] = 40;
+	lens[2] = 1;
+	lens[8] = 7;
+
+	cmd->hold = index;
+	cmd->target = target;
+	if (!rlock_conn_send(rlock_cmd_conn(), cmd, 9, argv, lens))
+	{
+		SpinLockAcquire(&h->mutex);
+		h->unacked--;
+		h->resync = true;
+		SpinLockRelease(&h->mutex);
+		return;
+	}
+	if (target == 0)
+		rlock_waiters_hand_off(h->key, h->keylen);
+}
+
+/*
+ * A hold entry came off the ring: bring Redis to the count it should hold
+ * after the releases queued on it.  While an acquire for the entry is on
+ * the wire nothing is sent; its reply puts the entry back on the ring.
+ */
+static void
+worker_sync_hold(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		send = false;
+	int32		target = 0;
+	int64		lease_ms = 0;
+	uint64		owner_id = 0;
+
+	SpinLockAcquire(&h->mutex);
+	h->queued = false;
+	if (h->in_use && !h->acquiring)
+	{
+		if (h->to_release > 0)
+		{
+			h->count = Max(h->count - h->to_release, 0);
+			h->to_release = 0;
+			h->resync = true;
+		}
+		if (h->resync && rlock_cmd_conn()->state == RLOCK_CONN_READY)
+		{
+			send = true;
+			h->resync = false;
+			h->unacked++;
+			target = h->count;
+			lease_ms = h->lease_ms;
+			owner_id = h->owner_id;
+		}
+	}
+	SpinLockRelease(&h->mutex);
+
+	if (send)
+		worker_send_release(index, target, lease_ms, owner_id);
+	else
+		rlock_hold_try_free(index);
+}
+
+/*
+ * Put an entry back on the ring if it has something to send.
+ */
+static void
+worker_requeue_hold(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		push;
+
+	SpinLockAcquire(&h->mutex);
+	push = h->in_use && !h->queued && !h->acquiring &&
+		(h->to_release > 0 || h->resync);
+	if (push)
+		h->queued = true;
+	SpinLockRelease(&h->mutex);
+	if (push)
+		rlock_ring_push(index);
+}
+
+static void
+worker_release_reply(RlockCmd *cmd, redisReply *reply)
+{
+	RlockHold  *h = rlock_hold(cmd->hold);
+	RlockStatus status = RLOCK_STATUS_OK;
+	bool		again = false;
+
+	if (reply == NULL)
+		again = true;			/* outcome unknown: say it again later */
+	else if (reply->type == REDIS_REPLY_NIL)
+		status = RLOCK_STATUS_NOT_HELD;
+	else if (reply->type == REDIS_REPLY_ERROR)
+	{
+		if (rlock_script_missing(reply->str))
+		{
+			rlock_scripts_load(rlock_cmd_conn());
+			again = true;
+		}
+		else
+		{
+			status = RLOCK_STATUS_REDIS_ERROR;
+			ereport(WARNING,
+					(errmsg("Redis refused to release lock \"%s\"", h->key),
+					 errdetail_internal("%s", reply->str)));
+		}
+	}
+
+	SpinLockAcquire(&h->mutex);
+	h->unacked--;
+	if (again)
+		h->resync = true;
+	else if (status == RLOCK_STATUS_NOT_HELD && cmd->target > 0)
+		h->lost = true;
+	SpinLockRelease(&h->mutex);
+
+	if (!again)
+		release_status[cmd->hold] = status;
+	if (again && reply != NULL)
+		worker_requeue_hold(cmd->hold);
+	rlock_hold_try_free(cmd->hold);
+}
+
+/*---- sending requests ----*/
+
+static void
+worker_send_acquire(WorkerReq *req)
+{
+	int			slot = worker_slot_of(req);
+	RlockHold  *h = rlock_hold(req->hold);
+	RlockCmd   *cmd;
+	char		owner[RLOCK_OWNER_MAXLEN];
+	char		count[24];
+	char		lease[24];
+	const char *argv[7];
+	size_t		lens[7];
+	int32		target;
+	uint64		owner_id;
+
+	SpinLockAcquire(&h->mutex);
+	target = h->count + 1;
+	owner_id = h->owner_id;
+	h->acquiring = true;
+	SpinLockRelease(&h->mutex);
+
+	argv[0] = "EVALSHA";
+	lens[0] = 7;
+	argv[1] = rlock_script_sha(RLOCK_SCRIPT_ACQUIRE);
+	lens[1] = 40;
+	argv[2] = "1";
+	lens[2] = 1;
+	argv[3] = h->key;
+	lens[3] = h->keylen;
+	argv[4] = lease;
+	lens[4] = snprintf(lease, sizeof(lease), INT64_FORMAT,
+					   worker_lease(req->lease_ms));
+	argv[5] = owner;
+	lens[5] = rlock_owner_name(owner, owner_id);
+	argv[6] = count;
+	lens[6] = snprintf(count, sizeof(count), "%d", target);
+
+	cmd = rlock_cmd_new(RLOCK_CMD_ACQUIRE);
+	cmd->slot = slot;
+	cmd->seq = req->seq;
+	cmd->hold = req->hold;
+	cmd->target = target;
+	req->wakes_seen = rlock_waiters_wakes(slot);
+	req->state = REQ_INFLIGHT;
+	if (!rlock_conn_send(rlock_cmd_conn(), cmd, 7, argv, lens))
+	{
+		SpinLockAcquire(&h->mutex);
+		h->acquiring = false;
+		SpinLockRelease(&h->mutex);
+		worker_make_pending(req);
+	}
+}
+
+/*
+ * Send a request that needs no script: EXISTS or PTTL on its key, or PING
+ * for RELEASE and BARRIER (answered once everything sent before it is).
+ */
+static void
+worker_send_query(WorkerReq *req)
+{
+	RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_QUERY);
+	const char *argv[2];
+	size_t		lens[2];
+	int			argc = 1;
+
+	switch (req->op)
+	{
+		case RLOCK_OP_EXISTS:
+			argv[0] = "EXISTS";
+			break;
+		case RLOCK_OP_PTTL:
+			argv[0] = "PTTL";
+			break;
+		default:
+			argv[0] = "PING";
+			break;
+	}
+	lens[0] = strlen(argv[0]);
+	if (req->key != NULL)
+	{
+		argv[1] = req->key;
+		lens[1] = req->keylen;
+		argc = 2;
+	}
+	cmd->slot = worker_slot_of(req);
+	cmd->seq = req->seq;
+	cmd->hold = req->hold;
+	req->state = REQ_INFLIGHT;
+	if (!rlock_conn_send(rlock_cmd_conn(), cmd, argc, argv, lens))
+		worker_make_pending(req);
+}
+
+/*
+ * Send every pending request the connection can take now.  A request on an
+ * entry whose acquire is still on the wire waits for that reply.
+ */
+static void
+worker_send_pending(void)
+{
+	dlist_mutable_iter iter;
+
+	if (rlock_cmd_conn()->state != RLOCK_CONN_READY)
+		return;
+	dlist_foreach_modify(iter, &pending)
+	{
+		WorkerReq  *req = dlist_container(WorkerReq, pending_node, iter.cur);
+
+		if (rlock_cmd_conn()->state != RLOCK_CONN_READY ||
+			rlock_cmd_conn()->failed)
+			break;
+		if (req->hold >= 0 && worker_hold_acquiring(req->hold))
+			continue;
+		dlist_delete(&req->pending_node);
+		worker_timer_cancel(req);
+		if (req->op == RLOCK_OP_ACQUIRE)
+			worker_send_acquire(req);
+		else
+			worker_send_query(req);
+	}
+}
+
+/*
+ * A waiting request should try again now.  False if it was not waiting
+ * (its last try is still on the wire, say).  Safe inside hiredis
+ * callbacks: it only moves the request to the pending list.
+ */
+bool
+rlock_worker_retry(int slot)
+{
+	WorkerReq  *req = &reqs[slot];
+
+	if (req->state != REQ_WAITING)
+		return false;
+	worker_make_pending(req);
+	return true;
+}
+
+/*---- replies ----*/
+
+/*
+ * The acquire failed because someone else holds the lock.  Wait for a
+ * wake-up, bounded by the lock's TTL and the caller's deadline.
+ */
+static void
+worker_acquire_busy(WorkerReq *req, int64 pttl)
+{
+	int			slot = worker_slot_of(req);
+	RlockHold  *h = rlock_hold(req->hold);
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz retry_at;
+
+	if (req->wait_until != 0 && now >= req->wait_until)
+	{
+		worker_complete(req, RLOCK_STATUS_BUSY, 0, NULL);
+		return;
+	}
+
+	rlock_waiters_join(slot, h->key, h->keylen);
+	if (rlock_waiters_wakes(slot) != req->wakes_seen || pttl == 0 ||
+		pttl == -2)
+	{
+		/* woken while the try was on the wire, or the lease just ended */
+		worker_make_pending(req);
+		return;
+	}
+
+	req->state = REQ_WAITING;
+	retry_at = (pttl > 0) ? TimestampTzPlusMilliseconds(now, pttl) : DT_NOEND;
+	if (req->wait_until != 0)
+		retry_at = Min(retry_at, req->wait_until);
+	worker_timer_set(req, retry_at);
+}
+
+static void
+worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
+{
+	RlockHold  *h = rlock_hold(cmd->hold);
+	WorkerReq  *req;
+	bool		granted = (reply != NULL && reply->type == REDIS_REPLY_NIL);
+	char		detail[RLOCK_DETAIL_LEN];
+
+	SpinLockAcquire(&h->mutex);
+	h->acquiring = false;
+	if (granted)
+	{
+		h->count = cmd->target;
+		h->lost = false;
+	}
+	else if (reply == NULL)
+		h->resync = true;		/* it may have run: restore our count */
+	SpinLockRelease(&h->mutex);
+	worker_requeue_hold(cmd->hold);
+
+	req = worker_current(cmd);
+	if (req == NULL)
+	{
+		/* its backend gave up: hand back what Redis granted */
+		if (granted)
+			rlock_queue_release(cmd->hold, 1, -1, false);
+		return;
+	}
+
+	if (reply == NULL)
+		worker_make_pending(req);	/* after the resync, on a new connection */
+	else if (granted)
+	{
+		if (!worker_answer(cmd->slot, req->seq, RLOCK_STATUS_OK, 0, NULL))
+			rlock_queue_release(cmd->hold, 1, -1, false);
+		worker_forget(req);
+	}
+	else if (reply->type == REDIS_REPLY_INTEGER)
+		worker_acquire_busy(req, reply->integer);
+	else if (reply->type == REDIS_REPLY_ERROR &&
+			 rlock_script_missing(reply->str) &&
+			 req->noscript++ < RLOCK_NOSCRIPT_RETRIES)
+	{
+		rlock_scripts_load(rlock_cmd_conn());
+		worker_make_pending(req);
+	}
+	else
+	{
+		if (reply->type == REDIS_REPLY_ERROR)
+			strlcpy(detail, reply->str, sizeof(detail));
+		else
+			snprintf(detail, sizeof(detail),
+					 "Unexpected reply of type %d to the acquire script.",
+					 reply->type);
+		worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, detail);
+	}
+}
+
+static void
+worker_query_reply(RlockCmd *cmd, redisReply *reply)
+{
+	WorkerReq  *req = worker_current(cmd);
+	char		detail[RLOCK_DETAIL_LEN];
+
+	if (req == NULL)
+		return;
+	if (reply == NULL)
+		worker_make_pending(req);	/* harmless to ask again */
+	else if (reply->type == REDIS_REPLY_ERROR)
+	{
+		strlcpy(detail, reply->str, sizeof(detail));
+		worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, detail);
+	}
+	else if (req->op == RLOCK_OP_RELEASE)
+		worker_complete(req, release_status[req->hold], 0, NULL);
+	else if (reply->type == REDIS_REPLY_INTEGER)
+		worker_complete(req, RLOCK_STATUS_OK, reply->integer,
+						NULL);
+	else
+		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
+}
+
+/*
+ * Dispatch a reply (NULL: the connection went away first).  Runs inside
+ * hiredis callbacks: raises nothing, frees no context.
+ */
+void
+rlock_worker_reply(RlockConn *conn, RlockCmd *cmd, void *reply)
+{
+	redisReply *r = (redisReply *) reply;
+
+	switch (cmd->type)
+	{
+		case RLOCK_CMD_ACQUIRE:
+			worker_acquire_reply(cmd, r);
+			break;
+		case RLOCK_CMD_RELEASE:
+			worker_release_reply(cmd, r);
+			break;
+		case RLOCK_CMD_QUERY:
+			worker_query_reply(cmd, r);
+			break;
+		case RLOCK_CMD_RENEW:
+			rlock_renew_reply(cmd, r);
+			break;
+		case RLOCK_CMD_SUBSCRIBE:
+		case RLOCK_CMD_UNSUBSCRIBE:
+			rlock_waiters_reply(cmd, r);
+			break;
+		case RLOCK_CMD_HANDSHAKE:
+		case RLOCK_CMD_SCRIPT_LOAD:
+			break;
+	}
+}
+
+/*
+ * A connection became READY.  On the command connection, entries whose
+ * count Redis may not match go back on the ring (they are sent before any
+ * pending request); on the subscriber, the waiters' channels are
+ * subscribed again.
+ */
+void
+rlock_worker_conn_ready(RlockConn *conn)
+{
+	int			i;
+
+	if (conn->subscriber)
+	{
+		rlock_waiters_conn_ready();
+		return;
+	}
+	for (i = 0; i < rlock_shared->nholds; i++)
+		worker_requeue_hold(i);
+}
+
+/*
+ * A connection went away.  Pending requests get rlock.connect_timeout to
+ * see it come back; waiting ones keep waiting on their timers.
+ */
+void
+rlock_worker_conn_lost(RlockConn *conn)
+{
+	dlist_iter	iter;
+	TimestampTz connect_by;
+
+	if (conn->subscriber)
+	{
+		rlock_waiters_conn_lost();
+		return;
+	}
+	connect_by = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											 rlock_connect_timeout);
+	dlist_foreach(iter, &pending)
+	{
+		WorkerReq  *req = dlist_container(WorkerReq, pending_node, iter.cur);
+
+		if (req->timer_at == 0)
+			worker_timer_set(req, connect_by);
+	}
+}
+
+/*---- the ring and the timers ----*/
+
+/*
+ * A slot came off the ring: a new request, or one its backend gave up.
+ */
+static void
+worker_take_slot(int slot)
+{
+	RlockSlot  *s = rlock_slot(slot);
+	WorkerReq  *req = &reqs[slot];
+	RlockSlotState state;
+	uint64		seq;
+	WorkerReq	taken;
+
+	memset(&taken, 0, sizeof(taken));
+	SpinLockAcquire(&s->mutex);
+	s->queued = false;
+	state = s->state;
+	seq = s->seq;
+	if (state == RLOCK_SLOT_PENDING)
+	{
+		s->state = RLOCK_SLOT_TAKEN;
+		taken.op = s->op;
+		taken.kind = s->kind;
+		taken.hold = s->hold;
+		taken.wait_until = s->wait_until;
+		taken.lease_ms = s->lease_ms;
+		taken.keylen = s->keylen;
+	}
+	SpinLockRelease(&s->mutex);
+
+	/* anything else the worker had for this slot was given up */
+	if (req->state != REQ_NONE &&
+		(state != RLOCK_SLOT_TAKEN || req->seq != seq))
+		worker_forget(req);
+	if (state != RLOCK_SLOT_PENDING)
+		return;
+
+	req->seq = seq;
+	req->op = taken.op;
+	req->kind = taken.kind;
+	req->hold = taken.hold;
+	req->wait_until = taken.wait_until;
+	req->lease_ms = taken.lease_ms;
+	req->keylen = taken.keylen;
+	req->noscript = 0;
+	if (taken.keylen > 0)
+	{
+		/*
+		 * The backend does not touch the key while the slot is TAKEN; if it
+		 * gave the request up meanwhile, the copy is dropped below.
+		 */
+		req->key = MemoryContextAlloc(TopMemoryContext, taken.keylen + 1);
+		memcpy(req->key, s->key, taken.keylen);
+		req->key[taken.keylen] = '\0';
+	}
+	worker_make_pending(req);
+
+	SpinLockAcquire(&s->mutex);
+	if (s->seq != seq || s->state != RLOCK_SLOT_TAKEN)
+		state = RLOCK_SLOT_IDLE;
+	SpinLockRelease(&s->mutex);
+	if (state == RLOCK_SLOT_IDLE)
+		worker_forget(req);
+}
+
+static void
+worker_drain_ring(void)
+{
+	int			item;
+
+	while (rlock_ring_pop(&item))
+	{
+		if (item >= 0)
+			worker_sync_hold(item);
+		else
+			worker_take_slot(-1 - item);
+	}
+}
+
+static void
+worker_fire_timers(TimestampTz now)
+{
+	while (!pairingheap_is_empty(timers))
+	{
+		WorkerReq  *req = pairingheap_container(WorkerReq, timer_node,
+												pairingheap_first(timers));
+		char		detail[RLOCK_DETAIL_LEN];
+
+		if (req->timer_at > now)
+			break;
+		worker_timer_cancel(req);
+
+		if (req->state == REQ_PENDING)
+		{
+			worker_connection_detail(detail, sizeof(detail));
+			worker_complete(req, RLOCK_STATUS_CONNECTION, 0, detail);
+		}
+		else if (req->state == REQ_WAITING)
+		{
+			if (req->wait_until != 0 && now >= req->wait_until)
+				worker_complete(req, RLOCK_STATUS_BUSY, 0, NULL);
+			else
+				worker_make_pending(req);
+		}
+	}
+}
+
+static TimestampTz
+worker_next_timer(void)
+{
+	if (pairingheap_is_empty(timers))
+		return DT_NOEND;
+	return pairingheap_container(WorkerReq, timer_node,
+								 pairingheap_first(timers))->timer_at;
+}
+
+/*---- start and exit ----*/
+
+/*
+ * A previous worker may have died with commands on the wire or entries
+ * taken off the ring: their outcome is unknown, so their counts are sent
+ * again once connected.
+ */
+static void
+worker_recover_holds(void)
+{
+	int			i;
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+		bool		push = false;
+
+		SpinLockAcquire(&h->mutex);
+		if (h->in_use &&
+			(h->acquiring || h->unacked > 0 || h->to_release > 0 ||
+			 h->resync || h->queued))
+		{
+			h->acquiring = false;
+			h->unacked = 0;
+			h->resync = true;
+			push = !h->queued;
+			h->queued = true;
+		}
+		SpinLockRelease(&h->mutex);
+		if (push)
+			rlock_ring_push(i);
+	}
+}
+
+/*
+ * Answer every request a worker had taken, so that no backend waits for a
+ * worker that is gone.
+ */
+static void
+worker_answer_taken_slots(void)
+{
+	int			i;
+
+	for (i = 0; i < rlock_shared->nslots; i++)
+	{
+		RlockSlot  *s = rlock_slot(i);
+		Latch	   *latch = NULL;
+
+		SpinLockAcquire(&s->mutex);
+		if (s->state == RLOCK_SLOT_TAKEN)
+		{
+			s->status = RLOCK_STATUS_SHUTDOWN;
+			strlcpy(s->detail, "The rlock background worker exited.",
+					sizeof(s->detail));
+			s->state = RLOCK_SLOT_DONE;
+			latch = s->latch;
+		}
+		SpinLockRelease(&s->mutex);
+		if (latch != NULL)
+			SetLatch(latch);
+	}
+}
+
+/*
+ * before_shmem_exit callback of the worker.
+ */
+static void
+worker_exit(int code, Datum arg)
+{
+	SpinLockAcquire(&rlock_shared->mutex);
+	rlock_shared->worker_latch = NULL;
+	rlock_shared->worker_pid = 0;
+	SpinLockRelease(&rlock_shared->mutex);
+	worker_answer_taken_slots();
+}
+
+static void
+worker_init(void)
+{
+	int			nslots = rlock_shared->nslots;
+	int			i;
+
+	reqs = MemoryContextAllocZero(TopMemoryContext,
+								  sizeof(WorkerReq) * nslots);
+	for (i = 0; i < nslots; i++)
+		reqs[i].hold = -1;
+	release_status = MemoryContextAllocZero(TopMemoryContext,
+											sizeof(RlockStatus) *
+											rlock_shared->nholds);
+	for (i = 0; i < rlock_shared->nholds; i++)
+		release_status[i] = RLOCK_STATUS_OK;
+	timers = pairingheap_allocate(worker_timer_cmp, NULL);
+	channel_buf = MemoryContextAlloc(TopMemoryContext,
+									 RLOCK_CHANNEL_MAXLEN(rlock_max_key_length));
+
+	/* in case a previous worker died without its exit callback */
+	worker_answer_taken_slots();
+	worker_recover_holds();
+	rlock_waiters_init(nslots);
+	rlock_conn_init();
+}
+
+void
+rlock_worker_main(Datum main_arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* no database: this only makes the worker visible in pg_stat_activity */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_activity(STATE_RUNNING, NULL);
+
+	worker_init();
+	before_shmem_exit(worker_exit, (Datum) 0);
+
+	SpinLockAcquire(&rlock_shared->mutex);
+	rlock_shared->worker_latch = MyLatch;
+	rlock_shared->worker_pid = MyProcPid;
+	SpinLockRelease(&rlock_shared->mutex);
+
+	for (;;)
+	{
+		TimestampTz now;
+		TimestampTz next;
+		long		timeout;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			rlock_conn_reload();
+		}
+
+		now = GetCurrentTimestamp();
+		rlock_conn_tick(now);
+		worker_drain_ring();
+		worker_fire_timers(now);
+		worker_send_pending();
+		rlock_renew_tick(now);
+		rlock_conn_flush();
+
+		next = Min(Min(rlock_conn_next_tick(), worker_next_timer()),
+				   rlock_renew_next());
+		if (next == DT_NOEND)
+			timeout = -1;
+		else
+		{
+			now = GetCurrentTimestamp();
+			timeout = (next <= now) ? 0 : (long) ((next - now + 999) / 1000);
+		}
+		rlock_conn_wait(timeout);
+	}
+}
