@@ -17,9 +17,23 @@ PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK = -lhiredis
 
+# Suites for "make installcheck".  They need a Redis server and a config
+# file naming it (test/out/rlock.conf): test/harness/run-tests provides both.
+REGRESS = api errors scopes savepoints procedures
+REGRESS_OPTS = --temp-instance=./tmp_regress \
+	--temp-config=./test/out/rlock.conf
+ISOLATION = blocking wakeup commit_visible abort_release session_xact
+ISOLATION_OPTS = --inputdir=test --temp-instance=./tmp_iso \
+	--temp-config=./test/out/rlock.conf
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# after PGXS, which sets it empty
+PROVE_FLAGS += -I ./test/perl
 
 .PHONY: test demo
 test:

@@ -323,6 +323,7 @@ static void
 rlock_resolve_check(RlockServer *srv)
 {
 	int			rc;
+	int			family;
 	struct addrinfo *ai;
 
 	if (!srv->resolving)
@@ -343,18 +344,24 @@ rlock_resolve_check(RlockServer *srv)
 				 "could not resolve \"%s\": %s", srv->host, gai_strerror(rc));
 		return;
 	}
-	for (ai = srv->gai.ar_result; ai != NULL; ai = ai->ai_next)
+	/* like hiredis itself, prefer an IPv4 address */
+	for (family = AF_INET;; family = AF_INET6)
 	{
-		const void *addr;
+		for (ai = srv->gai.ar_result; ai != NULL; ai = ai->ai_next)
+		{
+			const void *addr;
 
-		if (ai->ai_family == AF_INET)
-			addr = &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
-		else if (ai->ai_family == AF_INET6)
-			addr = &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr;
-		else
-			continue;
-		if (inet_ntop(ai->ai_family, addr, srv->resolved,
-					  sizeof(srv->resolved)) != NULL)
+			if (ai->ai_family != family)
+				continue;
+			if (family == AF_INET)
+				addr = &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
+			else
+				addr = &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr;
+			if (inet_ntop(family, addr, srv->resolved,
+						  sizeof(srv->resolved)) != NULL)
+				break;
+		}
+		if (ai != NULL || family == AF_INET6)
 			break;
 	}
 	freeaddrinfo(srv->gai.ar_result);
@@ -553,8 +560,8 @@ rlock_on_disconnect(const redisAsyncContext *ac, int status)
 static void
 rlock_handshake_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
 {
-	if (reply == NULL)
-		return;
+	if (reply == NULL || conn->failed)
+		return;					/* the first failure is the one to report */
 	if (reply->type == REDIS_REPLY_ERROR && cmd->index != -1)
 	{
 		snprintf(conn->error, sizeof(conn->error), "%s", reply->str);
@@ -690,10 +697,10 @@ rlock_conn_start(RlockConn *conn, TimestampTz now)
 	RlockServer *srv = conn->server;
 	redisAsyncContext *ac;
 
+	/* the last failure stays in conn->error, for messages, until READY */
 	if (conn->state == RLOCK_CONN_DOWN)
 		conn->deadline = TimestampTzPlusMilliseconds(now,
 													 rlock_connect_timeout);
-	conn->error[0] = '\0';
 
 	if (srv->unix_socket[0] != '\0')
 		ac = redisAsyncConnectUnix(srv->unix_socket);

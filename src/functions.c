@@ -66,9 +66,11 @@ rlock_get_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 	int			len;
 	char	   *utf8;
 	int			utf8len;
-	int			prefixlen = strlen(rlock_key_prefix);
+	int			prefixlen;
 
+	/* first: without preloading, not even the settings exist */
 	rlock_check_loaded();
+	prefixlen = strlen(rlock_key_prefix);
 
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,

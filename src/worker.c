@@ -720,28 +720,30 @@ rlock_worker_conn_ready(RlockConn *conn)
 }
 
 /*
- * A connection went away.  Pending requests get rlock.connect_timeout to
- * see it come back; waiting ones keep waiting on their timers.
+ * A connection went away.  On the command connection, every request that
+ * was pending or waiting gets rlock.connect_timeout to see it come back:
+ * then it tries again (a waiter re-subscribes and retries), else it fails.
  */
 void
 rlock_worker_conn_lost(RlockConn *conn)
 {
-	dlist_iter	iter;
-	TimestampTz connect_by;
+	int			i;
 
 	if (conn->subscriber)
 	{
 		rlock_waiters_conn_lost();
 		return;
 	}
-	connect_by = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-											 rlock_connect_timeout);
-	dlist_foreach(iter, &pending)
+	for (i = 0; i < rlock_shared->nslots; i++)
 	{
-		WorkerReq  *req = dlist_container(WorkerReq, pending_node, iter.cur);
+		WorkerReq  *req = &reqs[i];
 
-		if (req->timer_at == 0)
-			worker_timer_set(req, connect_by);
+		if (req->state == REQ_WAITING)
+			worker_make_pending(req);
+		else if (req->state == REQ_PENDING && req->timer_at == 0)
+			worker_timer_set(req,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 rlock_connect_timeout));
 	}
 }
 

@@ -1,0 +1,74 @@
+--
+-- Bad input gets a clear error with an SQLSTATE, and leaves nothing held.
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS rlock;
+RESET client_min_messages;
+
+-- the key
+SELECT rlock_try(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_session_lock(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_try('');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_held('');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_is_locked(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_try(repeat('k', 513));
+\echo :LAST_ERROR_SQLSTATE
+-- exactly rlock.max_key_length bytes is fine
+SELECT rlock_try(repeat('k', 512));
+
+-- the wait
+SELECT rlock_try('err:k', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_try('err:k', '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_session_try('err:k', '178000000 years');
+\echo :LAST_ERROR_SQLSTATE
+
+-- the lease
+SELECT rlock_try('err:k', '0', '-1 s');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_try('err:k', '0', '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_lock('err:k', '-5 min');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_session_lock('err:k', '0 s');
+\echo :LAST_ERROR_SQLSTATE
+
+-- none of that took a lock
+SELECT rlock_held('err:k'), rlock_is_locked('err:k');
+
+-- releasing what is not held: false and a warning, as pg_advisory_unlock
+SELECT rlock_release('err:not-held');
+SELECT rlock_session_release('err:not-held');
+BEGIN;
+SELECT rlock_try('err:xact-only');
+SELECT rlock_session_release('err:xact-only');
+COMMIT;
+
+-- a full lock table (rlock.max_locks = 64 in the test configuration)
+SELECT count(*) FROM generate_series(1, 100) AS i
+WHERE rlock_session_try('err:full:' || i);
+\echo :LAST_ERROR_SQLSTATE
+-- the locks taken before the error are session-scoped: still held
+SELECT rlock_release_all() BETWEEN 60 AND 64 AS released;
+SELECT rlock_try('err:after-full');
+
+-- PREPARE TRANSACTION is refused while transaction-scoped locks are held
+BEGIN;
+SELECT rlock_try('err:prepare');
+PREPARE TRANSACTION 'rlock_p1';
+\echo :LAST_ERROR_SQLSTATE
+-- the failed PREPARE rolled back and released the lock
+SELECT rlock_held('err:prepare'), rlock_is_locked('err:prepare');
+-- session-scoped locks stay with the session and do not prevent it
+BEGIN;
+SELECT rlock_session_try('err:prepare-session');
+PREPARE TRANSACTION 'rlock_p2';
+COMMIT PREPARED 'rlock_p2';
+SELECT rlock_held('err:prepare-session');
+SELECT rlock_session_release('err:prepare-session');

@@ -1,0 +1,325 @@
+
+=pod
+
+=head1 NAME
+
+RlockTest - throw-away Redis servers, a small Redis client and PostgreSQL
+nodes with rlock, for rlock's TAP tests
+
+=head1 SYNOPSIS
+
+  use RlockTest;
+
+  my $redis = RlockTest::Redis->start;
+  my $node = RlockTest::node('main', $redis);
+  $node->safe_psql('postgres', "SELECT rlock_try('k')");
+  is($redis->cmd('EXISTS', 'k'), 0, 'released');
+  $redis->stop;
+
+=cut
+
+package RlockTest;
+
+use strict;
+use warnings;
+
+use IO::Socket::INET;
+use POSIX ();
+use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# A PostgreSQL node with rlock preloaded and pointed at a Redis server,
+# started, with the extension created in database "postgres".
+sub node
+{
+	my ($name, $redis, %opt) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', join("\n",
+		"shared_preload_libraries = 'rlock'",
+		"rlock.port = " . $redis->port,
+		"rlock.connect_timeout = " . ($opt{connect_timeout} // '1s'),
+		"rlock.command_timeout = " . ($opt{command_timeout} // '1s'),
+		"log_min_messages = info",
+		@{ $opt{conf} // [] }, ''));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION rlock');
+	return $node;
+}
+
+# Poll $check->() until it returns true, for at most $seconds; returns
+# whether it did.
+sub wait_until
+{
+	my ($check, $seconds) = @_;
+	my $deadline = time + ($seconds // 30);
+	while (time < $deadline)
+	{
+		return 1 if $check->();
+		usleep(20_000);
+	}
+	return 0;
+}
+
+# The pid of the rlock worker of a node, or '' if none runs.
+sub worker_pid
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'rlock worker'");
+}
+
+# Wait until the node's worker has its command connection: a lock can be
+# taken and released.
+sub wait_for_redis
+{
+	my ($node, $seconds) = @_;
+	return wait_until(
+		sub {
+			my ($rc, $out) = $node->psql('postgres',
+				"SELECT rlock_try('rlocktest:probe')");
+			return $rc == 0 && $out eq 't';
+		},
+		$seconds);
+}
+
+# Free a loopback TCP port.
+sub free_port
+{
+	my $s = IO::Socket::INET->new(
+		Listen => 1,
+		LocalAddr => '127.0.0.1',
+		LocalPort => 0,
+		Proto => 'tcp') or die "no free port: $!";
+	my $port = $s->sockport;
+	close $s;
+	return $port;
+}
+
+
+package RlockTest::Redis;
+
+use strict;
+use warnings;
+
+use File::Temp ();
+use POSIX ();
+use Time::HiRes qw(usleep);
+
+# Start a redis-server on a free loopback port; options: port, args (list
+# of extra command line arguments).
+sub start
+{
+	my ($class, %opt) = @_;
+	my $self = bless {
+		port => $opt{port} // RlockTest::free_port(),
+		args => $opt{args} // [],
+		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
+	}, $class;
+	$self->_spawn;
+	return $self;
+}
+
+sub port { $_[0]{port} }
+sub pid { $_[0]{pid} }
+
+sub _spawn
+{
+	my ($self) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open(STDOUT, '>>', "$self->{dir}/redis.log");
+		open(STDERR, '>&', \*STDOUT);
+		exec('redis-server', '--port', $self->{port}, '--bind', '127.0.0.1',
+			'--save', '', '--appendonly', 'no', '--dir', $self->{dir},
+			@{ $self->{args} })
+		  or POSIX::_exit(1);
+	}
+	$self->{pid} = $pid;
+	delete $self->{conn};
+	# any answer will do: with a password, PING answers NOAUTH
+	RlockTest::wait_until(sub { eval { $self->cmd('PING'); 1 } }, 10)
+	  or die "redis-server on port $self->{port} did not start";
+}
+
+# Run one command on a connection kept for the purpose; returns the reply
+# (see RlockTest::Resp::read_reply).
+sub cmd
+{
+	my ($self, @args) = @_;
+	$self->{conn} //= RlockTest::Resp->connect($self->{port});
+	my $reply = eval { $self->{conn}->call(@args) };
+	if ($@)
+	{
+		delete $self->{conn};
+		die $@;
+	}
+	return $reply;
+}
+
+# A new connection of its own (for SUBSCRIBE, or to keep a reply order).
+sub connect
+{
+	my ($self) = @_;
+	return RlockTest::Resp->connect($self->{port});
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	delete $self->{conn};
+	kill 'CONT', $self->{pid};
+	kill 'TERM', $self->{pid};
+	waitpid($self->{pid}, 0);
+	delete $self->{pid};
+}
+
+sub kill9
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	delete $self->{conn};
+	kill 'KILL', $self->{pid};
+	waitpid($self->{pid}, 0);
+	delete $self->{pid};
+}
+
+# Start again on the same port, with no data.
+sub restart
+{
+	my ($self) = @_;
+	$self->stop;
+	$self->_spawn;
+}
+
+# Freeze and thaw the server process (SIGSTOP / SIGCONT).
+sub freeze { kill 'STOP', $_[0]{pid} }
+sub thaw { kill 'CONT', $_[0]{pid} }
+
+sub DESTROY
+{
+	my ($self) = @_;
+	local $?;
+	$self->stop;
+}
+
+
+package RlockTest::Resp;
+
+# A blocking RESP2 client, enough for tests: commands, replies, pub/sub
+# messages with a timeout.
+
+use strict;
+use warnings;
+
+use IO::Select;
+use IO::Socket::INET;
+use Time::HiRes qw(time);
+
+sub connect
+{
+	my ($class, $port) = @_;
+	my $sock = IO::Socket::INET->new(
+		PeerAddr => '127.0.0.1',
+		PeerPort => $port,
+		Proto => 'tcp',
+		Timeout => 5) or die "cannot connect to Redis on port $port: $!";
+	$sock->autoflush(1);
+	return bless { sock => $sock, buf => '' }, $class;
+}
+
+sub send_cmd
+{
+	my ($self, @args) = @_;
+	my $out = '*' . scalar(@args) . "\r\n";
+	$out .= '$' . length($_) . "\r\n$_\r\n" for @args;
+	$self->{sock}->print($out) or die "write to Redis failed: $!";
+}
+
+sub call
+{
+	my ($self, @args) = @_;
+	$self->send_cmd(@args);
+	return $self->read_reply(10);
+}
+
+# Read bytes until the buffer holds $n of them or the deadline passes.
+sub _fill
+{
+	my ($self, $n, $deadline) = @_;
+	my $sel = IO::Select->new($self->{sock});
+	while (length($self->{buf}) < $n)
+	{
+		my $left = $deadline - time;
+		return 0 if $left <= 0 || !$sel->can_read($left);
+		my $got = sysread($self->{sock}, $self->{buf}, 65536,
+			length($self->{buf}));
+		die "Redis closed the connection" unless $got;
+	}
+	return 1;
+}
+
+sub _line
+{
+	my ($self, $deadline) = @_;
+	my $i;
+	while (($i = index($self->{buf}, "\r\n")) < 0)
+	{
+		return undef unless $self->_fill(length($self->{buf}) + 1, $deadline);
+	}
+	my $line = substr($self->{buf}, 0, $i);
+	substr($self->{buf}, 0, $i + 2) = '';
+	return $line;
+}
+
+# One reply: a string, a number, undef for nil, an array reference, or a
+# hash { error => text }.  Returns the string 'TIMEOUT' (in list context:
+# (undef, 1)) when nothing complete arrives within $timeout seconds.
+sub read_reply
+{
+	my ($self, $timeout) = @_;
+	my $deadline = time + ($timeout // 10);
+	my $line = $self->_line($deadline);
+	die "no reply from Redis within $timeout s\n" unless defined $line;
+	my ($type, $rest) = (substr($line, 0, 1), substr($line, 1));
+	return $rest if $type eq '+';
+	return { error => $rest } if $type eq '-';
+	return $rest + 0 if $type eq ':';
+	if ($type eq '$')
+	{
+		return undef if $rest < 0;
+		die "short bulk reply\n" unless $self->_fill($rest + 2, $deadline);
+		my $s = substr($self->{buf}, 0, $rest);
+		substr($self->{buf}, 0, $rest + 2) = '';
+		return $s;
+	}
+	if ($type eq '*')
+	{
+		return undef if $rest < 0;
+		return [ map { $self->read_reply($deadline - time) } 1 .. $rest ];
+	}
+	die "unexpected reply line: $line\n";
+}
+
+# Wait up to $timeout seconds for a published message; returns
+# [channel, payload] or undef.
+sub next_message
+{
+	my ($self, $timeout) = @_;
+	my $deadline = time + $timeout;
+	while (time < $deadline)
+	{
+		my $reply = eval { $self->read_reply($deadline - time) };
+		return undef unless defined $reply;
+		return [ $reply->[1], $reply->[2] ]
+		  if ref $reply eq 'ARRAY' && $reply->[0] eq 'message';
+	}
+	return undef;
+}
+
+1;

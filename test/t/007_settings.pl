@@ -1,0 +1,115 @@
+# Settings: loading without shared_preload_libraries, authentication with
+# a password file (the secret never logged, the setting hidden from other
+# users), ACL users, the database number, the key prefix, a Unix socket, a
+# host name, and a reload that moves the worker to another server.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use RlockTest;
+
+my $secret = 'Sup3r-s3cret-pw';
+
+# without shared_preload_libraries: CREATE EXTENSION works, functions refuse
+my $plain = PostgreSQL::Test::Cluster->new('plain');
+$plain->init;
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION rlock');
+my ($rc, $out, $err) = $plain->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT rlock_try('k')");
+like($err,
+	qr/ERROR:  55000: rlock must be loaded via shared_preload_libraries/,
+	'without preloading, functions raise 55000');
+like($err, qr/HINT:  Add rlock to shared_preload_libraries/, 'with a hint');
+$plain->stop;
+
+# a password file, an ACL user, a database number
+my $redis = RlockTest::Redis->start(
+	args => [
+		'--user', 'alice', 'on', ">$secret", '~*', '&*', '+@all',
+		'--requirepass', 'other-default-pw'
+	]);
+my $dir = PostgreSQL::Test::Utils::tempdir;
+open(my $fh, '>', "$dir/redis.pw") or die $!;
+print $fh "$secret\n";
+close $fh;
+chmod 0600, "$dir/redis.pw";
+
+my $node = RlockTest::node('auth', $redis,
+	conf => [
+		"rlock.username = 'alice'",
+		"rlock.password_file = '$dir/redis.pw'",
+		"rlock.database = 3",
+		"rlock.key_prefix = 'app:'"
+	]);
+ok(RlockTest::wait_for_redis($node, 5), 'AUTH with user and password file works');
+my $s = $node->background_psql('postgres');
+$s->query_safe("SELECT rlock_session_try('pfx')");
+$redis->cmd('AUTH', 'alice', $secret);
+$redis->cmd('SELECT', '3');
+is($redis->cmd('EXISTS', 'app:pfx'), 1,
+	'the lock lives in database 3, under the key prefix');
+my $sub = $redis->connect;
+$sub->call('AUTH', 'alice', $secret);
+$sub->call('SUBSCRIBE', 'redisson_lock__channel:{app:pfx}');
+$s->query_safe("SELECT rlock_session_release('pfx')");
+is_deeply($sub->next_message(5), [ 'redisson_lock__channel:{app:pfx}', '0' ],
+	'the channel carries the prefix too');
+$s->quit;
+
+$node->safe_psql('postgres', 'CREATE ROLE joe LOGIN');
+($rc, $out, $err) = $node->psql('postgres', 'SHOW rlock.password_file',
+	extra_params => [ '-U', 'joe' ]);
+like($err, qr/must be superuser or have privileges of pg_read_all_settings/,
+	'other users cannot see the password file setting');
+
+# a wrong password: 08006 naming the cause, and the secret never logged
+open($fh, '>', "$dir/redis.pw") or die $!;
+print $fh "wrong-$secret\n";
+close $fh;
+# a changed connection setting makes the worker connect again
+$node->append_conf('postgresql.conf', "rlock.database = 4");
+$node->reload;
+ok( RlockTest::wait_until(
+		sub {
+			my ($rc, $out, $err) = $node->psql('postgres',
+				"\\set VERBOSITY verbose\nSELECT rlock_try('x')");
+			$err =~ /08006/ && $err =~ /WRONGPASS|invalid username-password/;
+		},
+		10),
+	'a wrong password fails requests with 08006 and the reason');
+my $log = slurp_file($node->logfile);
+unlike($log, qr/\Q$secret\E/, 'the password never appears in the log');
+like($log, qr/connection settings changed/, 'the reload reconnected');
+
+# a reload moves the worker to another server: here by name and socket
+my $other = RlockTest::Redis->start(
+	args => [ '--unixsocket', "$dir/redis.sock", '--unixsocketperm', '700' ]);
+$node->append_conf('postgresql.conf', join("\n",
+	"rlock.host = 'localhost'",
+	"rlock.port = " . $other->port,
+	"rlock.username = ''",
+	"rlock.password_file = ''",
+	"rlock.database = 0", ''));
+$node->reload;
+ok(RlockTest::wait_for_redis($node, 10), 'a host name is resolved and used');
+$s = $node->background_psql('postgres');
+$s->query_safe("SELECT rlock_session_try('by-name')");
+is($other->cmd('EXISTS', 'app:by-name'), 1, 'on the new server');
+$s->query_safe("SELECT rlock_session_release('by-name')");
+
+$node->append_conf('postgresql.conf',
+	"rlock.unix_socket = '$dir/redis.sock'\nrlock.port = 1\n");
+$node->reload;
+ok(RlockTest::wait_for_redis($node, 10),
+	'a Unix socket is used instead of host and port');
+$s->query_safe("SELECT rlock_session_try('by-socket')");
+is($other->cmd('EXISTS', 'app:by-socket'), 1, 'through the socket');
+$s->quit;
+ok(RlockTest::wait_until(sub { $other->cmd('EXISTS', 'app:by-socket') == 0 }),
+	'released when the session ends');
+
+done_testing();
