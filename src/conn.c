@@ -86,6 +86,7 @@ static bool wait_set_stale = true;
 
 static void rlock_conn_start(RlockConn *conn, TimestampTz now);
 static void rlock_conn_closed(RlockConn *conn);
+static void rlock_conn_set_error(RlockConn *conn, const char *msg);
 
 RlockConn *
 rlock_cmd_conn(void)
@@ -157,6 +158,9 @@ rlock_ev_cleanup(void *privdata)
 {
 	RlockConn  *conn = (RlockConn *) privdata;
 
+	/* an error of hiredis's own (EOF, I/O); our drops have set a reason */
+	if (conn->ac != NULL && conn->ac->c.err != 0)
+		rlock_conn_set_error(conn, conn->ac->c.errstr);
 	conn->ac = NULL;
 	conn->want = 0;
 	conn->pos = -1;

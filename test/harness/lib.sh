@@ -94,11 +94,17 @@ start_redis() {
 	die "redis-server on port $port did not answer"
 }
 
-# stop_redis DIR PORT
+# stop_redis DIR PORT: stop it and wait until it is gone.
 stop_redis() {
-	local pidfile="$1/redis-$2.pid"
+	local pidfile="$1/redis-$2.pid" pid i
 	[ -f "$pidfile" ] || return 0
-	kill "$(cat "$pidfile")" 2>/dev/null || true
+	pid=$(cat "$pidfile")
+	kill "$pid" 2>/dev/null || true
+	for i in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -9 "$pid" 2>/dev/null || true
 	rm -f "$pidfile"
 }
 

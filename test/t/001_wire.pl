@@ -135,6 +135,17 @@ is( $redis->cmd('EVAL', $redisson_acquire, 1, 'wire:j', 30000,
 	'which then takes the lock');
 $redis->cmd('DEL', 'wire:j');
 
+# a hold that Redis lost: the release says so
+$s1->query_safe("SELECT rlock_session_try('wire:lost')");
+$redis->cmd('DEL', 'wire:lost');
+my ($out2, $err2) = $s1->query("SELECT rlock_session_release('wire:lost')");
+is($out2, 'f', 'releasing a lock Redis no longer has returns false');
+like($s1->{stderr}, qr/WARNING:  lock "wire:lost" was no longer held in Redis/,
+	'with a warning');
+$s1->{stderr} = '';
+is($s1->query_safe("SELECT rlock_held('wire:lost')"), '0',
+	'and the session no longer counts it');
+
 # nothing was left behind
 $s1->quit;
 ok(RlockTest::wait_until(sub { @{ $redis->cmd('KEYS', 'wire:*') } == 0 }, 10),

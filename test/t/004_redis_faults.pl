@@ -8,6 +8,7 @@ use warnings;
 
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IO::Socket::INET;
 use Time::HiRes qw(time);
 use RlockTest;
 
@@ -68,6 +69,9 @@ ok(RlockTest::wait_for_redis($node, 5), 'locks work again once Redis is back');
 my $log = slurp_file($node->logfile);
 my $losses = () = $log =~ /rlock lost its command connection to Redis/g;
 is($losses, 1, 'the outage was logged once, not per request');
+like($log,
+	qr/rlock lost its command connection to Redis at 127\.0\.0\.1:\d+: Server closed the connection/,
+	'with the address and the reason');
 like($log, qr/rlock command connection to Redis at 127\.0\.0\.1:\d+ is ready/,
 	'and so was the recovery');
 is(scalar $w->query("SELECT rlock_try('fault:after')"), 't',
@@ -86,6 +90,29 @@ ok(RlockTest::wait_for_redis($node, 5), 'service resumes after the stall');
 ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'fault:stall') == 0 }, 10),
 	'the stalled request left no lock behind (at worst its lease ran out)');
 is(RlockTest::worker_pid($node), $worker, 'the worker survived the stall');
+
+# a server that accepts connections but never answers: the worker gives
+# up on the handshake after rlock.connect_timeout
+my $silent = IO::Socket::INET->new(
+	Listen => 5,
+	LocalAddr => '127.0.0.1',
+	LocalPort => 0,
+	Proto => 'tcp') or die "cannot listen: $!";
+$node->append_conf('postgresql.conf', 'rlock.port = ' . $silent->sockport);
+$node->reload;
+ok( RlockTest::wait_until(
+		sub {
+			my ($rc, $out, $err) = timed_psql("SELECT rlock_try('fault:silent')");
+			$err =~ /08006/ && $err =~ /timed out during the connection handshake/;
+		},
+		10),
+	'a silent server fails requests with 08006 once the handshake times out');
+($rc, $out, $err, $elapsed) = timed_psql("SELECT rlock_try('fault:silent')");
+cmp_ok($elapsed, '<', $budget, "within the deadlines ($elapsed s)");
+is(RlockTest::worker_pid($node), $worker, 'the worker is still there');
+$node->append_conf('postgresql.conf', 'rlock.port = ' . $redis->port);
+$node->reload;
+ok(RlockTest::wait_for_redis($node, 5), 'and back on the real server');
 
 # a key holding another type: 58000 with the Redis text
 $redis->cmd('SET', 'fault:string', 'not a lock');

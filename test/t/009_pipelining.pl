@@ -1,0 +1,66 @@
+# The worker pipelines: it writes a request without waiting for the replies
+# to earlier ones, and everything queued since its last wake-up goes out in
+# one write.  Both are measured on the worker's output: bytes written and
+# write(2) calls (/proc/<pid>/io: wchar, syscw).
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use RlockTest;
+
+my $redis = RlockTest::Redis->start;
+my $node = RlockTest::node('pipeline', $redis,
+	command_timeout => '30s',
+	conf => ['log_min_messages = warning', 'log_statement = none']);
+my $worker = RlockTest::worker_pid($node);
+
+sub io
+{
+	my ($field) = @_;
+	open(my $fh, '<', "/proc/$worker/io") or die "cannot read /proc/$worker/io: $!";
+	while (<$fh>)
+	{
+		return $1 if /^$field: (\d+)/;
+	}
+	die "no $field in /proc/$worker/io";
+}
+sub writes { return io('syscw') }
+sub bytes_written { return io('wchar') }
+
+# with Redis frozen no reply can come back: every request still goes out
+# (an acquire command takes about 150 bytes on the wire)
+$redis->freeze;
+my $before = bytes_written();
+my @s = map { $node->background_psql('postgres') } 1 .. 5;
+for my $i (0 .. 4)
+{
+	$s[$i]->query_until(qr/sent/, "\\echo sent\nSELECT rlock_try('pipe:$i');\n");
+}
+ok(RlockTest::wait_until(sub { bytes_written() - $before >= 5 * 120 }, 10),
+	'five requests were written while none was answered');
+$redis->thaw;
+for my $i (0 .. 4)
+{
+	like(scalar $s[$i]->query("SELECT 'next'"), qr/^t\n/,
+		"request $i completes once Redis answers");
+	$s[$i]->quit;
+}
+
+# one transaction ending with many holds: one write for all the releases
+my $h = $node->background_psql('postgres');
+$h->query_safe('BEGIN');
+$h->query_safe(
+	"SELECT count(*) FROM generate_series(1, 40) i WHERE rlock_try('pipe:many:' || i)"
+);
+is(scalar @{ $redis->cmd('KEYS', 'pipe:many:*') }, 40, '40 locks held');
+$before = writes();
+$h->query_safe('COMMIT');
+ok(RlockTest::wait_until(sub { @{ $redis->cmd('KEYS', 'pipe:many:*') } == 0 }),
+	'the commit released all 40');
+my $delta = writes() - $before;
+cmp_ok($delta, '<=', 4, "in at most a few writes, not 40 ($delta)");
+$h->quit;
+
+done_testing();
