@@ -29,11 +29,17 @@ TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
 PG_CONFIG ?= pg_config
-PGXS := $(shell $(PG_CONFIG) --pgxs)
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(PGXS),)
 include $(PGXS)
-
 # after PGXS, which sets it empty
 PROVE_FLAGS += -I ./test/perl
+else
+# "make test" and "make demo" install PostgreSQL themselves when it is missing
+all install installcheck:
+	@echo "pg_config not found: install postgresql-server-dev-15, or run make test" >&2
+	@exit 1
+endif
 
 .PHONY: test demo
 test:
