@@ -610,6 +610,8 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 		/* its backend gave up: hand back what Redis granted */
 		if (granted)
 			rlock_queue_release(cmd->hold, 1, -1, false);
+		else
+			rlock_hold_try_free(cmd->hold);
 		return;
 	}
 
