@@ -19,7 +19,10 @@
  * keeps a deadline for connecting and for its handshake, and the worker
  * drops a connection whose oldest command has waited longer than
  * rlock.command_timeout.  Reconnection uses exponential back-off from 50 ms,
- * capped at one second.  A host name is resolved with getaddrinfo_a(),
+ * capped at one second; the back-off starts over only after a connection
+ * stayed up for a while, so a server that accepts connections and then
+ * drops them (an ACL refusing SUBSCRIBE, say) is not hammered.  Each
+ * outage is logged once, and its end once.  A host name is resolved with getaddrinfo_a(),
  * which signals completion with SIGUSR2, so the worker never blocks on DNS.
  *
  * Replies reach the worker through hiredis callbacks.  Those never raise an
@@ -54,6 +57,9 @@
 
 #define RLOCK_BACKOFF_MIN_MS	50
 #define RLOCK_BACKOFF_MAX_MS	1000
+
+/* A connection up for this long counts as stable when it is lost */
+#define RLOCK_STABLE_MS			1000
 
 typedef struct RlockServer
 {
@@ -199,6 +205,19 @@ rlock_server_configure(RlockServer *srv)
 	srv->resolve_stale = srv->resolving;
 }
 
+/*
+ * Forget the history of a connection: connect at once, log afresh.
+ */
+static void
+rlock_conn_start_over(RlockConn *conn)
+{
+	conn->retry_at = 0;
+	conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
+	conn->outage_logged = false;
+	conn->ready_logged = false;
+	conn->flap_logged = false;
+}
+
 static void
 rlock_conn_setup(RlockConn *conn, RlockServer *srv, const char *role,
 				 bool subscriber)
@@ -209,8 +228,7 @@ rlock_conn_setup(RlockConn *conn, RlockServer *srv, const char *role,
 	conn->server = srv;
 	conn->state = RLOCK_CONN_DOWN;
 	conn->pos = -1;
-	conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
-	conn->retry_at = 0;
+	rlock_conn_start_over(conn);
 	dlist_init(&conn->inflight);
 	snprintf(conn->error, sizeof(conn->error), "not connected yet");
 }
@@ -251,12 +269,8 @@ rlock_conn_reload(void)
 	pfree(srv->username);
 	pfree(srv->password_file);
 	rlock_server_configure(srv);
-	srv->cmd.retry_at = 0;
-	srv->cmd.backoff_ms = RLOCK_BACKOFF_MIN_MS;
-	srv->sub.retry_at = 0;
-	srv->sub.backoff_ms = RLOCK_BACKOFF_MIN_MS;
-	srv->cmd.outage_logged = false;
-	srv->sub.outage_logged = false;
+	rlock_conn_start_over(&srv->cmd);
+	rlock_conn_start_over(&srv->sub);
 }
 
 /*---- host name resolution ----*/
@@ -385,6 +399,7 @@ rlock_conn_log_failure(RlockConn *conn, bool was_ready)
 	if (conn->outage_logged)
 		return;
 	conn->outage_logged = true;
+	conn->ready_logged = false;
 	if (was_ready)
 		ereport(LOG,
 				(errmsg("rlock lost its %s connection to Redis at %s: %s",
@@ -426,6 +441,21 @@ rlock_conn_closed(RlockConn *conn)
 		rlock_cmd_free(cmd);
 	}
 
+	/* a connection lost after a stable while is a new outage */
+	if (was_ready &&
+		now >= TimestampTzPlusMilliseconds(conn->ready_at, RLOCK_STABLE_MS))
+	{
+		conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
+		conn->outage_logged = false;
+		conn->flap_logged = false;
+	}
+	else if (was_ready && conn->ready_logged && !conn->flap_logged)
+	{
+		conn->flap_logged = true;
+		ereport(LOG,
+				(errmsg("rlock %s connection to Redis at %s keeps failing right after it is made: %s",
+						conn->role, conn->server->address, conn->error)));
+	}
 	conn->retry_at = TimestampTzPlusMilliseconds(now, conn->backoff_ms);
 	conn->backoff_ms = Min(conn->backoff_ms * 2, RLOCK_BACKOFF_MAX_MS);
 	rlock_conn_log_failure(conn, was_ready);
@@ -585,12 +615,15 @@ rlock_handshake_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
 		conn->state == RLOCK_CONN_HANDSHAKE)
 	{
 		conn->state = RLOCK_CONN_READY;
-		conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
+		conn->ready_at = GetCurrentTimestamp();
 		conn->error[0] = '\0';
-		ereport(LOG,
-				(errmsg("rlock %s connection to Redis at %s is ready",
-						conn->role, conn->server->address)));
-		conn->outage_logged = false;
+		if (!conn->ready_logged)
+		{
+			ereport(LOG,
+					(errmsg("rlock %s connection to Redis at %s is ready",
+							conn->role, conn->server->address)));
+			conn->ready_logged = true;
+		}
 		rlock_worker_conn_ready(conn);
 	}
 }

@@ -301,7 +301,7 @@ rlock_is_locked(PG_FUNCTION_ARGS)
 	int64		value = 0;
 
 	rlock_get_key(fcinfo, 0, &key);
-	status = rlock_request(RLOCK_OP_EXISTS, RLOCK_KIND_PLAIN, -1,
+	status = rlock_request(RLOCK_OP_EXISTS, RLOCK_KIND_PLAIN, -1, 0,
 						   key.redis, key.len, GetCurrentTimestamp(), 0,
 						   false, &value);
 	rlock_report_status(status, key.sql, strlen(key.sql));
@@ -317,7 +317,7 @@ rlock_ttl(PG_FUNCTION_ARGS)
 	Interval   *result;
 
 	rlock_get_key(fcinfo, 0, &key);
-	status = rlock_request(RLOCK_OP_PTTL, RLOCK_KIND_PLAIN, -1,
+	status = rlock_request(RLOCK_OP_PTTL, RLOCK_KIND_PLAIN, -1, 0,
 						   key.redis, key.len, GetCurrentTimestamp(), 0,
 						   false, &value);
 	rlock_report_status(status, key.sql, strlen(key.sql));

@@ -265,6 +265,30 @@ rlock_local_describe(LocalHold *lh, int64 *lease_ms, bool *renew)
 	}
 }
 
+/*
+ * Make room for one more run, so that recording a granted hold cannot fail
+ * (a grant the session failed to record would never be released).
+ */
+static void
+rlock_local_reserve(LocalHold *lh)
+{
+	int			newmax;
+
+	if (lh->nruns < lh->maxruns)
+		return;
+	newmax = Max(4, lh->maxruns * 2);
+	if (lh->runs == NULL)
+		lh->runs = MemoryContextAlloc(TopMemoryContext,
+									  newmax * sizeof(HoldRun));
+	else
+		lh->runs = repalloc(lh->runs, newmax * sizeof(HoldRun));
+	lh->maxruns = newmax;
+}
+
+/*
+ * Record a granted hold.  Allocates nothing: rlock_local_reserve() made
+ * room before the request.
+ */
 static void
 rlock_local_add(LocalHold *lh, bool session, int64 lease_ms)
 {
@@ -279,17 +303,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms)
 		top->count++;
 	else
 	{
-		if (lh->nruns == lh->maxruns)
-		{
-			int			newmax = Max(4, lh->maxruns * 2);
-
-			if (lh->runs == NULL)
-				lh->runs = MemoryContextAlloc(TopMemoryContext,
-											  newmax * sizeof(HoldRun));
-			else
-				lh->runs = repalloc(lh->runs, newmax * sizeof(HoldRun));
-			lh->maxruns = newmax;
-		}
+		Assert(lh->nruns < lh->maxruns);
 		top = &lh->runs[lh->nruns++];
 		top->session = session;
 		top->subid = subid;
@@ -400,8 +414,9 @@ rlock_acquire(const char *key, int keylen, bool session,
 
 	PG_TRY();
 	{
+		rlock_local_reserve(lh);
 		status = rlock_request(RLOCK_OP_ACQUIRE, RLOCK_KIND_PLAIN, lh->hold,
-							   NULL, 0, wait_until, lease_ms,
+							   lh->generation, NULL, 0, wait_until, lease_ms,
 							   use_lock_timeout, &value);
 	}
 	PG_CATCH();
@@ -443,8 +458,8 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 	PG_TRY();
 	{
 		status = rlock_request(RLOCK_OP_RELEASE, RLOCK_KIND_PLAIN, lh->hold,
-							   NULL, 0, GetCurrentTimestamp(), 0, false,
-							   &value);
+							   lh->generation, NULL, 0, GetCurrentTimestamp(),
+							   0, false, &value);
 	}
 	PG_CATCH();
 	{
@@ -485,7 +500,7 @@ rlock_release_session_all(RlockStatus *status)
 	}
 
 	if (total > 0)
-		*status = rlock_request(RLOCK_OP_BARRIER, RLOCK_KIND_PLAIN, -1,
+		*status = rlock_request(RLOCK_OP_BARRIER, RLOCK_KIND_PLAIN, -1, 0,
 								NULL, 0, GetCurrentTimestamp(), 0, false,
 								&value);
 	return total;

@@ -40,10 +40,25 @@ renew_period_ms(void)
 	return Max(rlock_watchdog_timeout / 3, 1);
 }
 
+/*
+ * When the next renewal is due; never while there is no connection (the
+ * renewals missed then are made as soon as it is back).
+ */
 TimestampTz
 rlock_renew_next(void)
 {
-	return next_renewal == 0 ? DT_NOEND : next_renewal;
+	if (next_renewal == 0 || rlock_cmd_conn()->state != RLOCK_CONN_READY)
+		return DT_NOEND;
+	return next_renewal;
+}
+
+/*
+ * Renew at the next pass: the connection is back, or Redis lost the script.
+ */
+void
+rlock_renew_soon(void)
+{
+	next_renewal = GetCurrentTimestamp();
 }
 
 /*
@@ -106,11 +121,9 @@ rlock_renew_tick(TimestampTz now)
 
 	if (next_renewal == 0)
 		next_renewal = TimestampTzPlusMilliseconds(now, renew_period_ms());
-	if (now < next_renewal)
+	if (now < next_renewal || rlock_cmd_conn()->state != RLOCK_CONN_READY)
 		return;
 	next_renewal = TimestampTzPlusMilliseconds(now, renew_period_ms());
-	if (rlock_cmd_conn()->state != RLOCK_CONN_READY)
-		return;
 
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
@@ -146,6 +159,21 @@ rlock_renew_reply(RlockCmd *cmd, void *r)
 	redisReply *reply = (redisReply *) r;
 	int			i;
 
+	if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+	{
+		/* no lock may expire for a script Redis forgot: reload, renew now */
+		if (rlock_script_missing(reply->str))
+		{
+			rlock_scripts_load(rlock_cmd_conn());
+			rlock_renew_soon();
+		}
+		else
+			ereport(WARNING,
+					(errmsg("Redis refused to renew the leases of %d locks",
+							cmd->nholds),
+					 errdetail_internal("%s", reply->str)));
+		return;
+	}
 	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
 		reply->elements != (size_t) cmd->nholds)
 		return;					/* the next period tries again */

@@ -23,6 +23,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "storage/proc.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
@@ -35,6 +36,9 @@ static uint64 my_owner_id = 0;
 
 /* True while our slot carries a request we have not collected */
 static bool request_active = false;
+
+/* The exit callback that gives up a request is registered */
+static bool exit_callback_registered = false;
 
 /* Error text of the last failed request, for rlock_report_status */
 static char last_detail[RLOCK_DETAIL_LEN];
@@ -138,13 +142,14 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		{
 			status = slot->status;
 			*value = slot->value;
-			strlcpy(last_detail, slot->detail, sizeof(last_detail));
 			slot->state = RLOCK_SLOT_IDLE;
 		}
 		SpinLockRelease(&slot->mutex);
 
 		if (state == RLOCK_SLOT_DONE)
 		{
+			/* the worker writes no more into an IDLE slot */
+			strlcpy(last_detail, slot->detail, sizeof(last_detail));
 			request_active = false;
 			return status;
 		}
@@ -178,18 +183,29 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 }
 
 /*
+ * before_shmem_exit callback: a session that ends (by FATAL too, which runs
+ * no PG_CATCH) gives up its request, so the next session in this slot
+ * finds it free.
+ */
+static void
+rlock_request_exit(int code, Datum arg)
+{
+	rlock_abandon_request();
+}
+
+/*
  * Send one request to the worker and wait for its answer.
  *
- * "hold" names the hold entry for ACQUIRE and RELEASE; "key" is used by the
- * operations that have no entry.  wait_until bounds an ACQUIRE (0: no
+ * "hold" and "hold_generation" name the hold entry for ACQUIRE and RELEASE;
+ * "key" is used by the operations that have no entry.  wait_until bounds an ACQUIRE (0: no
  * bound); lease_ms is its lease (0: the watchdog).  With use_lock_timeout,
  * lock_timeout applies to the wait, as it does to a heavyweight lock wait.
  * An error or interrupt during the wait gives the request up and re-throws.
  */
 RlockStatus
-rlock_request(RlockOp op, RlockKind kind, int hold, const char *key,
-			  int keylen, TimestampTz wait_until, int64 lease_ms,
-			  bool use_lock_timeout, int64 *value)
+rlock_request(RlockOp op, RlockKind kind, int hold, uint32 hold_generation,
+			  const char *key, int keylen, TimestampTz wait_until,
+			  int64 lease_ms, bool use_lock_timeout, int64 *value)
 {
 	int			index = rlock_my_slot_index();
 	RlockSlot  *slot = rlock_slot(index);
@@ -199,11 +215,18 @@ rlock_request(RlockOp op, RlockKind kind, int hold, const char *key,
 	RlockStatus status;
 
 	Assert(!request_active);
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(rlock_request_exit, (Datum) 0);
+		exit_callback_registered = true;
+	}
 
 	slot->latch = MyLatch;
 	slot->op = op;
 	slot->kind = kind;
+	slot->owner_id = rlock_my_owner_id();
 	slot->hold = hold;
+	slot->hold_generation = hold_generation;
 	slot->wait_until = wait_until;
 	slot->lease_ms = lease_ms;
 	slot->keylen = keylen;

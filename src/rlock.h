@@ -112,7 +112,9 @@ typedef struct RlockSlot
 	/* the request: written by the backend before it becomes PENDING */
 	RlockOp		op;
 	RlockKind	kind;
+	uint64		owner_id;		/* the requesting session's owner number */
 	int			hold;			/* hold entry, or -1 */
+	uint32		hold_generation;	/* of that entry, as the backend knows it */
 	TimestampTz wait_until;		/* ACQUIRE: give up after this; 0 = never */
 	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog */
 
@@ -150,6 +152,7 @@ typedef struct RlockHold
 	bool		renew;			/* some remaining hold uses the watchdog */
 
 	/* written by the worker */
+	int32		worker_refs;	/* requests the worker works on for it */
 	int32		count;			/* hold count in Redis after what was sent */
 	bool		acquiring;		/* an acquire is on the wire */
 	int32		unacked;		/* releases on the wire */
@@ -250,6 +253,7 @@ extern int	rlock_held_count(const char *key, int keylen);
 /* request.c: the backend side of the request path */
 extern uint64 rlock_my_owner_id(void);
 extern RlockStatus rlock_request(RlockOp op, RlockKind kind, int hold,
+								 uint32 hold_generation,
 								 const char *key, int keylen,
 								 TimestampTz wait_until, int64 lease_ms,
 								 bool use_lock_timeout, int64 *value);
@@ -321,7 +325,10 @@ typedef struct RlockConn
 	int			backoff_ms;
 	dlist_head	inflight;		/* RlockCmd in send order */
 	char		error[RLOCK_DETAIL_LEN];	/* why it is not READY */
-	bool		outage_logged;
+	TimestampTz ready_at;		/* when it last became READY */
+	bool		outage_logged;	/* the current outage was logged */
+	bool		ready_logged;	/* and so was its end */
+	bool		flap_logged;	/* losses right after READY were logged */
 } RlockConn;
 
 /* conn.c */
@@ -364,7 +371,7 @@ extern bool rlock_worker_retry(int slot);
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);
 extern void rlock_waiters_join(int slot, const char *key, int keylen);
-extern void rlock_waiters_leave(int slot);
+extern void rlock_waiters_leave(int slot, bool pass_wake);
 extern uint64 rlock_waiters_wakes(int slot);
 extern void rlock_waiters_hand_off(const char *key, int keylen);
 extern void rlock_waiters_reply(RlockCmd *cmd, void *reply);
@@ -376,6 +383,7 @@ extern void rlock_waiters_conn_lost(void);
 /* renew.c: the watchdog */
 extern void rlock_renew_tick(TimestampTz now);
 extern TimestampTz rlock_renew_next(void);
+extern void rlock_renew_soon(void);
 extern void rlock_renew_reply(RlockCmd *cmd, void *reply);
 
 #endif							/* RLOCK_H */

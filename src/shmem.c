@@ -29,9 +29,12 @@
  *   holds_mutex protects together with free_hold.  Backend-written and
  *   worker-written fields are listed in rlock.h; either side may set queued
  *   and push the entry, and only the worker clears queued (when it takes the
- *   entry off the ring).  An entry is freed, by whichever side sees it first,
- *   once the backend no longer pins it and the worker has nothing left to
- *   send or hear about it (rlock_hold_try_free).  Freeing bumps generation,
+ *   entry off the ring).  The worker counts in worker_refs the requests it
+ *   works on for an entry, having checked the generation the backend sent
+ *   with each.  An entry is freed, by whichever side sees it first, once
+ *   the backend no longer pins it and the worker neither works on a request
+ *   for it nor has anything left to send or hear about it
+ *   (rlock_hold_try_free).  Freeing bumps generation,
  *   which is how a backend notices that an entry it remembers was reused.
  *
  * - RlockRing.mutex protects head, tail and the items.  The ring is FIFO, so
@@ -80,7 +83,7 @@ rlock_shmem_size(void)
 	size = add_size(size, mul_size(MaxBackends, rlock_slot_size()));
 	size = add_size(size, mul_size(rlock_max_locks, rlock_hold_size()));
 	size = add_size(size, offsetof(RlockRing, items));
-	size = add_size(size, mul_size(add_size(MaxBackends, rlock_max_locks),
+	size = add_size(size, mul_size(add_size(MaxBackends, rlock_max_locks) + 1,
 								   sizeof(int)));
 	return size;
 }
@@ -178,7 +181,8 @@ rlock_shmem_startup(void)
 		SpinLockInit(&s->ring->mutex);
 		s->ring->head = 0;
 		s->ring->tail = 0;
-		s->ring->size = s->nslots + s->nholds;
+		/* one spare place: a full ring must not look empty */
+		s->ring->size = s->nslots + s->nholds + 1;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -255,15 +259,18 @@ rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
 	if (index < 0)
 		return -1;
 
+	/* off the free list and not in use: nobody else reads the key now */
 	h = rlock_hold(index);
+	memcpy(h->key, key, keylen);
+	h->key[keylen] = '\0';
+
 	SpinLockAcquire(&h->mutex);
 	h->in_use = true;
 	h->owner_id = owner_id;
 	h->kind = kind;
 	h->keylen = keylen;
-	memcpy(h->key, key, keylen);
-	h->key[keylen] = '\0';
 	h->pinned = true;
+	h->worker_refs = 0;
 	h->to_release = 0;
 	h->lease_ms = 0;
 	h->renew = false;
@@ -358,8 +365,9 @@ rlock_hold_try_free(int index)
 	bool		freed = false;
 
 	SpinLockAcquire(&h->mutex);
-	if (h->in_use && !h->pinned && h->count == 0 && h->to_release == 0 &&
-		!h->queued && !h->acquiring && h->unacked == 0 && !h->resync)
+	if (h->in_use && !h->pinned && h->worker_refs == 0 && h->count == 0 &&
+		h->to_release == 0 && !h->queued && !h->acquiring &&
+		h->unacked == 0 && !h->resync)
 	{
 		h->in_use = false;
 		h->generation++;

@@ -17,8 +17,15 @@
  * bounded by the lock's TTL, so a lost message costs time, never a hang.
  *
  * Subscription states move SUBSCRIBING -> SUBSCRIBED -> UNSUBSCRIBING and
- * back.  hiredis counts a SUBSCRIBE sent while an UNSUBSCRIBE is still
- * unanswered, so a waiter arriving then simply subscribes again.
+ * back.  A waiter arriving while an UNSUBSCRIBE is unanswered simply
+ * subscribes again (hiredis counts pending subscriptions per channel).
+ * Each command sent for a group is numbered, and only the confirmation of
+ * the latest one changes the group's state: the confirmation of an older
+ * SUBSCRIBE must not mark a channel subscribed that a later UNSUBSCRIBE
+ * is about to drop.
+ *
+ * A waiter woken for a retry that it gives up before sending passes the
+ * wake-up on to another waiter, so that no unlock message is lost.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -51,6 +58,7 @@ typedef struct WaitGroup
 	dlist_head	waiters;
 	int			nwaiters;
 	uint64		wakes;			/* messages received on the channel */
+	uint64		sent;			/* number of the latest (UN)SUBSCRIBE */
 } WaitGroup;
 
 typedef struct Waiter
@@ -109,6 +117,7 @@ static bool
 waiters_send(WaitGroup *g, bool subscribe)
 {
 	RlockConn  *conn = rlock_sub_conn();
+	RlockCmd   *cmd;
 	const char *argv[2];
 	size_t		lens[2];
 
@@ -118,10 +127,10 @@ waiters_send(WaitGroup *g, bool subscribe)
 	lens[0] = strlen(argv[0]);
 	argv[1] = g->channel.data;
 	lens[1] = g->channel.len;
-	return rlock_conn_send(conn,
-						   rlock_cmd_new(subscribe ? RLOCK_CMD_SUBSCRIBE :
-										 RLOCK_CMD_UNSUBSCRIBE),
-						   2, argv, lens);
+	cmd = rlock_cmd_new(subscribe ? RLOCK_CMD_SUBSCRIBE :
+						RLOCK_CMD_UNSUBSCRIBE);
+	cmd->seq = ++g->sent;
+	return rlock_conn_send(conn, cmd, 2, argv, lens);
 }
 
 static void
@@ -184,6 +193,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		dlist_init(&g->waiters);
 		g->nwaiters = 0;
 		g->wakes = 0;
+		g->sent = 0;
 	}
 
 	w->group = g;
@@ -194,11 +204,12 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 }
 
 /*
- * The request in "slot" stops waiting.  The last waiter of a group takes
- * its subscription away.
+ * The request in "slot" stops waiting.  With pass_wake it was woken and
+ * never tried: another waiter tries in its place.  The last waiter of a
+ * group takes its subscription away.
  */
 void
-rlock_waiters_leave(int slot)
+rlock_waiters_leave(int slot, bool pass_wake)
 {
 	Waiter	   *w = &waiters[slot];
 	WaitGroup  *g = w->group;
@@ -208,7 +219,11 @@ rlock_waiters_leave(int slot)
 	dlist_delete(&w->node);
 	w->group = NULL;
 	if (--g->nwaiters > 0)
+	{
+		if (pass_wake)
+			waiters_wake(g, false);
 		return;
+	}
 
 	if ((g->state == SUB_SUBSCRIBING || g->state == SUB_SUBSCRIBED) &&
 		waiters_send(g, false))
@@ -261,8 +276,8 @@ rlock_waiters_reply(RlockCmd *cmd, void *r)
 		reply->element[1]->type != REDIS_REPLY_STRING)
 		return;
 	g = waiters_find(reply->element[1]->str, reply->element[1]->len);
-	if (g == NULL)
-		return;
+	if (g == NULL || cmd->seq != g->sent)
+		return;					/* overtaken by a later command */
 
 	if (cmd->type == RLOCK_CMD_SUBSCRIBE && g->state == SUB_SUBSCRIBING)
 	{

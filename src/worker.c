@@ -9,7 +9,8 @@
  *	2. drains the ring in FIFO order: hold entries with releases to send,
  *	   and slots with new (or given-up) requests;
  *	3. fires due timers: waits that ran out, TTL-bounded retries,
- *	   requests that found no connection in time;
+ *	   requests that found no connection in time, refused releases to try
+ *	   again;
  *	4. sends the pending requests and, when due, the watchdog renewals;
  *	5. flushes: everything queued in this pass goes out in one write;
  *	6. sleeps on the one WaitEventSet until the latch, a socket or the next
@@ -19,7 +20,15 @@
  * and time remains, INFLIGHT -> WAITING -> PENDING -> INFLIGHT ...  A
  * waiting request is retried when an unlock message arrives on its
  * channel, when the subscription is confirmed, or when its timer fires:
- * after min(remaining TTL, remaining wait), as Redisson does.
+ * after min(remaining TTL, remaining wait), as Redisson does.  RELEASE and
+ * BARRIER requests are answered by a PING sent after the releases they
+ * cover; if one of those must be sent again, the request waits (parked)
+ * until it is answered.
+ *
+ * While the worker works on a request for a hold entry it counts itself in
+ * the entry's worker_refs, after checking that the entry is still the one
+ * the backend named (same generation): the entry cannot be freed or reused
+ * under it.
  *
  * The worker keeps, per hold entry, the hold count it has asked Redis to
  * hold (RlockHold.count).  Every acquire and release names that target
@@ -56,7 +65,9 @@ typedef enum ReqState
 	REQ_NONE,					/* no request for this slot */
 	REQ_PENDING,				/* to be sent when the connection allows */
 	REQ_INFLIGHT,				/* its command is on the wire */
-	REQ_WAITING					/* the lock is busy: waiting to retry */
+	REQ_WAITING					/* ACQUIRE: the lock is busy; RELEASE and
+								 * BARRIER: a release they cover is still
+								 * to be answered */
 } ReqState;
 
 /* The worker's copy of a slot's request */
@@ -66,12 +77,15 @@ typedef struct WorkerReq
 	uint64		seq;
 	RlockOp		op;
 	RlockKind	kind;
-	int			hold;
+	uint64		owner_id;
+	int			hold;			/* ACQUIRE, RELEASE: the entry, else -1 */
+	bool		hold_counted;	/* counted in the entry's worker_refs */
 	char	   *key;			/* EXISTS, PTTL: the key */
 	int			keylen;
 	TimestampTz wait_until;		/* ACQUIRE: 0 = no limit */
 	int64		lease_ms;		/* ACQUIRE: 0 = the watchdog */
 	uint64		wakes_seen;		/* wake-ups of its channel at last send */
+	bool		woken;			/* retried by a wake-up, try not yet sent */
 	int			noscript;		/* NOSCRIPT retries so far */
 	TimestampTz timer_at;		/* 0 = no timer */
 	pairingheap_node timer_node;
@@ -79,14 +93,26 @@ typedef struct WorkerReq
 } WorkerReq;
 
 static WorkerReq *reqs;			/* one per slot */
+static int	nparked;			/* RELEASE and BARRIER requests WAITING */
 static pairingheap *timers;
 static dlist_head pending = DLIST_STATIC_INIT(pending);
 static RlockStatus *release_status; /* outcome of each entry's last release */
 static char *channel_buf;		/* room for any channel name */
 
+/* Releases Redis refused for a passing reason are sent again at this time */
+static TimestampTz resync_at = 0;
+
+/* The last warning about a refused release, to repeat it only so often */
+static TimestampTz release_warned_at = 0;
+
 /* Retry a request whose script Redis had lost at most this often */
 #define RLOCK_NOSCRIPT_RETRIES	2
 
+/* Wait before sending again a release Redis refused */
+#define RLOCK_RESYNC_DELAY_MS	1000
+
+/* Repeat a warning about refused releases at most this often */
+#define RLOCK_WARN_INTERVAL_MS	10000
 
 /*---- timers ----*/
 
@@ -133,6 +159,18 @@ worker_slot_of(WorkerReq *req)
 	return req - reqs;
 }
 
+static void
+worker_set_state(WorkerReq *req, ReqState state)
+{
+	bool		parked_before = (req->state == REQ_WAITING &&
+								 req->op != RLOCK_OP_ACQUIRE);
+	bool		parked_after = (state == REQ_WAITING &&
+								req->op != RLOCK_OP_ACQUIRE);
+
+	nparked += (int) parked_after - (int) parked_before;
+	req->state = state;
+}
+
 /*
  * Put a request on the pending list.  Without a usable connection it gets
  * rlock.connect_timeout to find one.
@@ -140,7 +178,7 @@ worker_slot_of(WorkerReq *req)
 static void
 worker_make_pending(WorkerReq *req)
 {
-	req->state = REQ_PENDING;
+	worker_set_state(req, REQ_PENDING);
 	dlist_push_tail(&pending, &req->pending_node);
 	if (rlock_cmd_conn()->state == RLOCK_CONN_READY)
 		worker_timer_cancel(req);
@@ -151,8 +189,40 @@ worker_make_pending(WorkerReq *req)
 }
 
 /*
+ * Count the worker in an entry's worker_refs for a request, if the entry
+ * is still the one the backend named.  False if it is not: the backend
+ * gave the request up and the entry was freed.
+ */
+static bool
+worker_hold_count_in(int index, uint32 generation)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		ok;
+
+	SpinLockAcquire(&h->mutex);
+	ok = h->in_use && h->generation == generation;
+	if (ok)
+		h->worker_refs++;
+	SpinLockRelease(&h->mutex);
+	return ok;
+}
+
+static void
+worker_hold_count_out(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	SpinLockAcquire(&h->mutex);
+	h->worker_refs--;
+	SpinLockRelease(&h->mutex);
+	rlock_hold_try_free(index);
+}
+
+/*
  * Forget a request: it is answered, or its backend gave it up.  A command
- * still on the wire for it will find the request gone when answered.
+ * still on the wire for it will find the request gone when answered.  A
+ * request woken for a retry that it will now never send passes the
+ * wake-up on to another waiter.
  */
 static void
 worker_forget(WorkerReq *req)
@@ -162,13 +232,19 @@ worker_forget(WorkerReq *req)
 	if (req->state == REQ_PENDING)
 		dlist_delete(&req->pending_node);
 	worker_timer_cancel(req);
-	rlock_waiters_leave(worker_slot_of(req));
+	rlock_waiters_leave(worker_slot_of(req), req->woken);
+	req->woken = false;
 	if (req->key != NULL)
 	{
 		pfree(req->key);
 		req->key = NULL;
 	}
-	req->state = REQ_NONE;
+	worker_set_state(req, REQ_NONE);
+	if (req->hold_counted)
+	{
+		req->hold_counted = false;
+		worker_hold_count_out(req->hold);
+	}
 }
 
 /*
@@ -246,6 +322,53 @@ worker_hold_acquiring(int index)
 	acquiring = h->acquiring;
 	SpinLockRelease(&h->mutex);
 	return acquiring;
+}
+
+/*
+ * Has everything queued on an entry been sent and answered?
+ */
+static bool
+worker_hold_settled(RlockHold *h)
+{
+	bool		settled;
+
+	SpinLockAcquire(&h->mutex);
+	settled = !h->in_use ||
+		(h->to_release == 0 && h->unacked == 0 && !h->resync &&
+		 !h->queued && !h->acquiring);
+	SpinLockRelease(&h->mutex);
+	return settled;
+}
+
+/*
+ * Is some release covered by a RELEASE or BARRIER request not answered
+ * yet?  RELEASE covers its entry, BARRIER every entry of its owner.
+ * With "acquiring", only entries with an acquire on the wire count (a
+ * BARRIER is not sent before their releases are).
+ */
+static bool
+worker_owner_busy(WorkerReq *req, bool acquiring)
+{
+	int			i;
+
+	if (req->op == RLOCK_OP_RELEASE)
+		return acquiring ? worker_hold_acquiring(req->hold) :
+			!worker_hold_settled(rlock_hold(req->hold));
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+		bool		mine;
+
+		SpinLockAcquire(&h->mutex);
+		mine = h->in_use && h->owner_id == req->owner_id;
+		SpinLockRelease(&h->mutex);
+		if (!mine)
+			continue;
+		if (acquiring ? worker_hold_acquiring(i) : !worker_hold_settled(h))
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -369,11 +492,61 @@ worker_requeue_hold(int index)
 }
 
 static void
+worker_requeue_all_holds(void)
+{
+	int			i;
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+		worker_requeue_hold(i);
+}
+
+/*
+ * RELEASE and BARRIER requests parked until the releases they cover are
+ * answered: look again.
+ */
+static void
+worker_unpark(void)
+{
+	int			i;
+
+	for (i = 0; i < rlock_shared->nslots && nparked > 0; i++)
+	{
+		WorkerReq  *req = &reqs[i];
+
+		if (req->state == REQ_WAITING && req->op != RLOCK_OP_ACQUIRE &&
+			!worker_owner_busy(req, false))
+			worker_make_pending(req);
+	}
+}
+
+/*
+ * Warn about a release Redis refused, at most once per interval: a Redis
+ * that refuses one (out of memory, read-only replica, missing permission)
+ * usually refuses them all.
+ */
+static void
+worker_warn_release(RlockHold *h, const char *error, bool again)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (release_warned_at != 0 &&
+		now < TimestampTzPlusMilliseconds(release_warned_at,
+										  RLOCK_WARN_INTERVAL_MS))
+		return;
+	release_warned_at = now;
+	ereport(WARNING,
+			(errmsg("Redis refused to release lock \"%s\"", h->key),
+			 errdetail_internal("%s", error),
+			 again ? errhint("The release will be sent again.") : 0));
+}
+
+static void
 worker_release_reply(RlockCmd *cmd, redisReply *reply)
 {
 	RlockHold  *h = rlock_hold(cmd->hold);
 	RlockStatus status = RLOCK_STATUS_OK;
 	bool		again = false;
+	bool		later = false;
 
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */
@@ -386,12 +559,17 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 			rlock_scripts_load(rlock_cmd_conn());
 			again = true;
 		}
+		else if (strncmp(reply->str, "WRONGTYPE", 9) == 0)
+		{
+			/* the key is not a lock any more: nothing of ours to release */
+			status = RLOCK_STATUS_NOT_HELD;
+			worker_warn_release(h, reply->str, false);
+		}
 		else
 		{
-			status = RLOCK_STATUS_REDIS_ERROR;
-			ereport(WARNING,
-					(errmsg("Redis refused to release lock \"%s\"", h->key),
-					 errdetail_internal("%s", reply->str)));
+			/* BUSY, OOM, READONLY, LOADING ...: try again in a while */
+			again = later = true;
+			worker_warn_release(h, reply->str, true);
 		}
 	}
 
@@ -405,9 +583,17 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 
 	if (!again)
 		release_status[cmd->hold] = status;
-	if (again && reply != NULL)
+	if (later)
+	{
+		if (resync_at == 0)
+			resync_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													RLOCK_RESYNC_DELAY_MS);
+	}
+	else if (again && reply != NULL)
 		worker_requeue_hold(cmd->hold);
 	rlock_hold_try_free(cmd->hold);
+	if (nparked > 0)
+		worker_unpark();
 }
 
 /*---- sending requests ----*/
@@ -454,7 +640,8 @@ worker_send_acquire(WorkerReq *req)
 	cmd->hold = req->hold;
 	cmd->target = target;
 	req->wakes_seen = rlock_waiters_wakes(slot);
-	req->state = REQ_INFLIGHT;
+	req->woken = false;
+	worker_set_state(req, REQ_INFLIGHT);
 	if (!rlock_conn_send(rlock_cmd_conn(), cmd, 7, argv, lens))
 	{
 		SpinLockAcquire(&h->mutex);
@@ -498,22 +685,21 @@ worker_send_query(WorkerReq *req)
 	cmd->slot = worker_slot_of(req);
 	cmd->seq = req->seq;
 	cmd->hold = req->hold;
-	req->state = REQ_INFLIGHT;
+	worker_set_state(req, REQ_INFLIGHT);
 	if (!rlock_conn_send(rlock_cmd_conn(), cmd, argc, argv, lens))
 		worker_make_pending(req);
 }
 
 /*
- * Send every pending request the connection can take now.  A request on an
- * entry whose acquire is still on the wire waits for that reply.
+ * Send every pending request the connection can take now.  A request
+ * waits while an acquire is on the wire for its entry (or, for a BARRIER,
+ * for any entry of its owner): that reply may put releases ahead of it.
  */
 static void
 worker_send_pending(void)
 {
 	dlist_mutable_iter iter;
 
-	if (rlock_cmd_conn()->state != RLOCK_CONN_READY)
-		return;
 	dlist_foreach_modify(iter, &pending)
 	{
 		WorkerReq  *req = dlist_container(WorkerReq, pending_node, iter.cur);
@@ -521,7 +707,10 @@ worker_send_pending(void)
 		if (rlock_cmd_conn()->state != RLOCK_CONN_READY ||
 			rlock_cmd_conn()->failed)
 			break;
-		if (req->hold >= 0 && worker_hold_acquiring(req->hold))
+		if (req->op == RLOCK_OP_ACQUIRE ?
+			worker_hold_acquiring(req->hold) :
+			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER) &&
+			worker_owner_busy(req, true))
 			continue;
 		dlist_delete(&req->pending_node);
 		worker_timer_cancel(req);
@@ -542,8 +731,9 @@ rlock_worker_retry(int slot)
 {
 	WorkerReq  *req = &reqs[slot];
 
-	if (req->state != REQ_WAITING)
+	if (req->state != REQ_WAITING || req->op != RLOCK_OP_ACQUIRE)
 		return false;
+	req->woken = true;
 	worker_make_pending(req);
 	return true;
 }
@@ -552,7 +742,9 @@ rlock_worker_retry(int slot)
 
 /*
  * The acquire failed because someone else holds the lock.  Wait for a
- * wake-up, bounded by the lock's TTL and the caller's deadline.
+ * wake-up, bounded by the lock's TTL and the caller's deadline.  A lock
+ * without expiry is looked at again every rlock.watchdog_timeout, so that
+ * a missed message cannot make the wait endless.
  */
 static void
 worker_acquire_busy(WorkerReq *req, int64 pttl)
@@ -577,8 +769,9 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 		return;
 	}
 
-	req->state = REQ_WAITING;
-	retry_at = (pttl > 0) ? TimestampTzPlusMilliseconds(now, pttl) : DT_NOEND;
+	worker_set_state(req, REQ_WAITING);
+	retry_at = TimestampTzPlusMilliseconds(now, pttl > 0 ? pttl :
+										   rlock_watchdog_timeout);
 	if (req->wait_until != 0)
 		retry_at = Min(retry_at, req->wait_until);
 	worker_timer_set(req, retry_at);
@@ -659,11 +852,13 @@ worker_query_reply(RlockCmd *cmd, redisReply *reply)
 		strlcpy(detail, reply->str, sizeof(detail));
 		worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, detail);
 	}
+	else if ((req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER) &&
+			 worker_owner_busy(req, false))
+		worker_set_state(req, REQ_WAITING);	/* a release goes out again */
 	else if (req->op == RLOCK_OP_RELEASE)
 		worker_complete(req, release_status[req->hold], 0, NULL);
 	else if (reply->type == REDIS_REPLY_INTEGER)
-		worker_complete(req, RLOCK_STATUS_OK, reply->integer,
-						NULL);
+		worker_complete(req, RLOCK_STATUS_OK, reply->integer, NULL);
 	else
 		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
 }
@@ -704,21 +899,19 @@ rlock_worker_reply(RlockConn *conn, RlockCmd *cmd, void *reply)
 /*
  * A connection became READY.  On the command connection, entries whose
  * count Redis may not match go back on the ring (they are sent before any
- * pending request); on the subscriber, the waiters' channels are
- * subscribed again.
+ * pending request) and the watchdog renews at once; on the subscriber, the
+ * waiters' channels are subscribed again.
  */
 void
 rlock_worker_conn_ready(RlockConn *conn)
 {
-	int			i;
-
 	if (conn->subscriber)
 	{
 		rlock_waiters_conn_ready();
 		return;
 	}
-	for (i = 0; i < rlock_shared->nholds; i++)
-		worker_requeue_hold(i);
+	worker_requeue_all_holds();
+	rlock_renew_soon();
 }
 
 /*
@@ -762,6 +955,7 @@ worker_take_slot(int slot)
 	RlockSlotState state;
 	uint64		seq;
 	WorkerReq	taken;
+	uint32		hold_generation = 0;
 
 	memset(&taken, 0, sizeof(taken));
 	SpinLockAcquire(&s->mutex);
@@ -773,7 +967,9 @@ worker_take_slot(int slot)
 		s->state = RLOCK_SLOT_TAKEN;
 		taken.op = s->op;
 		taken.kind = s->kind;
+		taken.owner_id = s->owner_id;
 		taken.hold = s->hold;
+		hold_generation = s->hold_generation;
 		taken.wait_until = s->wait_until;
 		taken.lease_ms = s->lease_ms;
 		taken.keylen = s->keylen;
@@ -787,14 +983,25 @@ worker_take_slot(int slot)
 	if (state != RLOCK_SLOT_PENDING)
 		return;
 
+	if (taken.hold >= 0 && !worker_hold_count_in(taken.hold, hold_generation))
+	{
+		/* the entry is gone, so its backend gave the request up already */
+		(void) worker_answer(slot, seq, RLOCK_STATUS_SHUTDOWN, 0,
+							 "The request was given up.");
+		return;
+	}
+
 	req->seq = seq;
 	req->op = taken.op;
 	req->kind = taken.kind;
+	req->owner_id = taken.owner_id;
 	req->hold = taken.hold;
+	req->hold_counted = (taken.hold >= 0);
 	req->wait_until = taken.wait_until;
 	req->lease_ms = taken.lease_ms;
 	req->keylen = taken.keylen;
 	req->noscript = 0;
+	req->woken = false;
 	if (taken.keylen > 0)
 	{
 		/*
@@ -832,6 +1039,12 @@ worker_drain_ring(void)
 static void
 worker_fire_timers(TimestampTz now)
 {
+	if (resync_at != 0 && now >= resync_at)
+	{
+		resync_at = 0;
+		worker_requeue_all_holds();
+	}
+
 	while (!pairingheap_is_empty(timers))
 	{
 		WorkerReq  *req = pairingheap_container(WorkerReq, timer_node,
@@ -860,10 +1073,12 @@ worker_fire_timers(TimestampTz now)
 static TimestampTz
 worker_next_timer(void)
 {
+	TimestampTz next = (resync_at != 0) ? resync_at : DT_NOEND;
+
 	if (pairingheap_is_empty(timers))
-		return DT_NOEND;
-	return pairingheap_container(WorkerReq, timer_node,
-								 pairingheap_first(timers))->timer_at;
+		return next;
+	return Min(next, pairingheap_container(WorkerReq, timer_node,
+										   pairingheap_first(timers))->timer_at);
 }
 
 /*---- start and exit ----*/
@@ -871,7 +1086,8 @@ worker_next_timer(void)
 /*
  * A previous worker may have died with commands on the wire or entries
  * taken off the ring: their outcome is unknown, so their counts are sent
- * again once connected.
+ * again once connected.  Its requests are all answered (see below), so it
+ * works on none.
  */
 static void
 worker_recover_holds(void)
@@ -884,6 +1100,7 @@ worker_recover_holds(void)
 		bool		push = false;
 
 		SpinLockAcquire(&h->mutex);
+		h->worker_refs = 0;
 		if (h->in_use &&
 			(h->acquiring || h->unacked > 0 || h->to_release > 0 ||
 			 h->resync || h->queued))
@@ -897,6 +1114,8 @@ worker_recover_holds(void)
 		SpinLockRelease(&h->mutex);
 		if (push)
 			rlock_ring_push(i);
+		else
+			rlock_hold_try_free(i);
 	}
 }
 

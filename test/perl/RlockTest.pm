@@ -63,6 +63,22 @@ sub wait_until
 	return 0;
 }
 
+# Wait until the TTL of $key goes up between two looks (leases only go
+# down unless renewed); returns whether it did within $seconds.
+sub wait_for_renewal
+{
+	my ($redis, $key, $seconds) = @_;
+	my $prev = $redis->cmd('PTTL', $key);
+	return wait_until(
+		sub {
+			my $now = $redis->cmd('PTTL', $key);
+			my $renewed = $now > $prev + 50;
+			$prev = $now;
+			return $renewed;
+		},
+		$seconds);
+}
+
 # The pid of the rlock worker of a node, or '' if none runs.
 sub worker_pid
 {

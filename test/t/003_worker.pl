@@ -68,9 +68,7 @@ $old_pid = RlockTest::worker_pid($node);
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
 ok(new_worker($old_pid),
 	'the worker restarted while a transaction held a lock');
-my $low = $redis->cmd('PTTL', 'wk:kept');
-ok( RlockTest::wait_until(
-		sub { $redis->cmd('PTTL', 'wk:kept') > $low + 200 }, 10),
+ok(RlockTest::wait_for_renewal($redis, 'wk:kept', 10),
 	'the new worker renews the lease of that hold');
 $h->query_safe("COMMIT");
 ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'wk:kept') == 0 }, 5),
