@@ -1,6 +1,6 @@
 # The worker pipelines: it writes a request without waiting for the replies
 # to earlier ones, and everything queued since its last wake-up goes out in
-# one write.  Both are measured on the worker's output: bytes written and
+# one write.  The watchdog renews held locks in batches of 100.  Both are measured on the worker's output: bytes written and
 # write(2) calls (/proc/<pid>/io: wchar, syscw).
 
 use strict;
@@ -13,7 +13,10 @@ use RlockTest;
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('pipeline', $redis,
 	command_timeout => '30s',
-	conf => ['log_min_messages = warning', 'log_statement = none']);
+	conf => [
+		'log_min_messages = warning', 'log_statement = none',
+		"rlock.watchdog_timeout = '1500ms'"
+	]);
 my $worker = RlockTest::worker_pid($node);
 
 sub io
@@ -60,7 +63,23 @@ $h->query_safe('COMMIT');
 ok(RlockTest::wait_until(sub { @{ $redis->cmd('KEYS', 'pipe:many:*') } == 0 }),
 	'the commit released all 40');
 my $delta = writes() - $before;
-cmp_ok($delta, '<=', 4, "in at most a few writes, not 40 ($delta)");
+cmp_ok($delta, '<=', 10, "in a few writes, not 40 ($delta)");
 $h->quit;
+
+# 150 watchdog locks: each renewal period costs two script calls, not 150
+my $w = $node->background_psql('postgres');
+$w->query_safe(
+	"SELECT count(*) FROM generate_series(1, 150) i WHERE rlock_session_try('pipe:renew:' || i)"
+);
+ok(RlockTest::wait_for_renewal($redis, 'pipe:renew:1', 5), 'a renewal happened');
+$redis->cmd('CONFIG', 'RESETSTAT');
+ok(RlockTest::wait_for_renewal($redis, 'pipe:renew:1', 5), 'and another');
+ok(RlockTest::wait_for_renewal($redis, 'pipe:renew:1', 5), 'and another');
+my ($calls) = $redis->cmd('INFO', 'commandstats') =~ /cmdstat_evalsha:calls=(\d+)/;
+cmp_ok($calls, '<=', 6,
+	"two renewal periods of 150 locks took a few script calls, not 300 ($calls)");
+ok(!grep({ !$redis->cmd('EXISTS', "pipe:renew:$_") } 1 .. 150),
+	'and all 150 are still held');
+$w->quit;
 
 done_testing();
