@@ -79,6 +79,26 @@ sub wait_for_renewal
 		$seconds);
 }
 
+# Wait until $n clients are subscribed to the unlock channel of lock $key.
+sub wait_for_subscribers
+{
+	my ($redis, $key, $n, $seconds) = @_;
+	return wait_until(sub { $redis->subscribers($key) == $n }, $seconds);
+}
+
+# Write $secret as the first line of a new 0600 file in $dir; returns the
+# path (for rlock.password_file).
+sub password_file
+{
+	my ($dir, $secret) = @_;
+	my $path = "$dir/redis.pw";
+	open(my $fh, '>', $path) or die "cannot write $path: $!";
+	print $fh "$secret\n";
+	close $fh;
+	chmod 0600, $path;
+	return $path;
+}
+
 # The pid of the rlock worker of a node, or '' if none runs.
 sub worker_pid
 {
@@ -175,6 +195,15 @@ sub cmd
 		die $@;
 	}
 	return $reply;
+}
+
+# How many clients are subscribed to the unlock channel of lock $key.
+sub subscribers
+{
+	my ($self, $key) = @_;
+	my $channel = 'redisson_lock__channel:'
+	  . ($key =~ /\{/ ? $key : "{$key}");
+	return $self->cmd('PUBSUB', 'NUMSUB', $channel)->[1];
 }
 
 # A new connection of its own (for SUBSCRIBE, or to keep a reply order).

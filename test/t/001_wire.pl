@@ -105,11 +105,7 @@ is($node->safe_psql('postgres', "SELECT rlock_try('wire:r')"),
 # ... and its unlock message wakes an rlock waiter, long before the lease
 # (30 s) would have let it in
 $s1->query_until(qr/waiting/, "\\echo waiting\nSELECT rlock_try('wire:r', '25 s');\n");
-ok( RlockTest::wait_until(
-		sub {
-			$redis->cmd('PUBSUB', 'NUMSUB',
-				'redisson_lock__channel:{wire:r}')->[1] == 1;
-		}),
+ok(RlockTest::wait_for_subscribers($redis, 'wire:r', 1),
 	'the waiting rlock subscribed to the channel');
 my $t0 = time;
 redisson_unlock('wire:r', 'redisson_lock__channel:{wire:r}');

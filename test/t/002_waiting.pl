@@ -13,13 +13,7 @@ use RlockTest;
 
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('waiting', $redis);
-my $channel = 'redisson_lock__channel:{wait:k}';
 my $foreign = '0b7e9c1d-2f3a-4b5c-9d6e-7f8091a2b3c4:1';
-
-sub numsub
-{
-	return $redis->cmd('PUBSUB', 'NUMSUB', $_[0])->[1];
-}
 
 # three local waiters behind a foreign holder share one subscription
 $redis->cmd('HSET', 'wait:k', $foreign, 1);
@@ -41,13 +35,13 @@ sub waiting_pids
 }
 ok(RlockTest::wait_until(sub { scalar(waiting_pids()) == 3 }),
 	'three sessions wait');
-ok(RlockTest::wait_until(sub { numsub($channel) == 1 }),
+ok(RlockTest::wait_for_subscribers($redis, 'wait:k', 1),
 	'the instance subscribed to the channel');
-is(numsub($channel), 1, 'once, for three waiters');
+is($redis->subscribers('wait:k'), 1, 'once, for three waiters');
 
 # the foreign holder unlocks: the waiters get the lock one after another
 $redis->cmd('DEL', 'wait:k');
-$redis->cmd('PUBLISH', $channel, '0');
+$redis->cmd('PUBLISH', 'redisson_lock__channel:{wait:k}', '0');
 my %done;
 for my $round (1 .. 3)
 {
@@ -67,7 +61,7 @@ for my $round (1 .. 3)
 	$w[$holder]->query_safe("SELECT rlock_session_release('wait:k')");
 }
 is(scalar(keys %done), 3, 'every waiter got the lock in turn');
-ok(RlockTest::wait_until(sub { numsub($channel) == 0 }),
+ok(RlockTest::wait_for_subscribers($redis, 'wait:k', 0),
 	'the subscription was dropped with the last waiter');
 is($redis->cmd('EXISTS', 'wait:k'), 0, 'and the lock is free');
 $_->quit for @w;
@@ -87,8 +81,7 @@ $redis->cmd('HSET', 'wait:out', $foreign, 1);
 $redis->cmd('PEXPIRE', 'wait:out', 60_000);
 is($node->safe_psql('postgres', "SELECT rlock_try('wait:out', '300 ms')"),
 	'f', 'a bounded wait on a held lock returns false');
-ok( RlockTest::wait_until(
-		sub { numsub('redisson_lock__channel:{wait:out}') == 0 }),
+ok(RlockTest::wait_for_subscribers($redis, 'wait:out', 0),
 	'and leaves no subscription');
 is_deeply($redis->cmd('HKEYS', 'wait:out'), [$foreign],
 	'nor a hold of its own');
@@ -105,15 +98,13 @@ ok( RlockTest::wait_until(
 			$pid ne '';
 		}),
 	'rlock_lock waits');
-ok( RlockTest::wait_until(
-		sub { numsub('redisson_lock__channel:{wait:out}') == 1 }),
+ok(RlockTest::wait_for_subscribers($redis, 'wait:out', 1),
 	'subscribed while waiting');
 $node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)");
 my ($out, $err) = $c->query("SELECT 'after cancel'");
 like($c->{stderr}, qr/canceling statement due to user request/,
 	'pg_cancel_backend ends the wait');
-ok( RlockTest::wait_until(
-		sub { numsub('redisson_lock__channel:{wait:out}') == 0 }),
+ok(RlockTest::wait_for_subscribers($redis, 'wait:out', 0),
 	'the cancelled wait dropped its subscription');
 is_deeply($redis->cmd('HKEYS', 'wait:out'), [$foreign],
 	'and took no hold');

@@ -37,11 +37,7 @@ my $w = $node->background_psql('postgres', on_error_stop => 0);
 $w->query_safe('\set VERBOSITY verbose');
 $w->query_until(qr/waiting/,
 	"\\echo waiting\nSELECT rlock_lock('fault:held');\n");
-ok( RlockTest::wait_until(
-		sub {
-			$redis->cmd('PUBSUB', 'NUMSUB',
-				'redisson_lock__channel:{fault:held}')->[1] == 1;
-		}),
+ok(RlockTest::wait_for_subscribers($redis, 'fault:held', 1),
 	'a backend waits for a busy lock');
 
 $redis->stop;

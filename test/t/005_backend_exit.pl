@@ -46,18 +46,10 @@ my $owner = $redis->cmd('HKEYS', 'exit:w')->[0];
 my $waiter = $node->background_psql('postgres', on_error_stop => 0);
 $pid = $waiter->query_safe('SELECT pg_backend_pid()');
 $waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT rlock_lock('exit:w');\n");
-ok( RlockTest::wait_until(
-		sub {
-			$redis->cmd('PUBSUB', 'NUMSUB', 'redisson_lock__channel:{exit:w}')
-			  ->[1] == 1;
-		}),
+ok(RlockTest::wait_for_subscribers($redis, 'exit:w', 1),
 	'a waiter subscribed');
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
-ok( RlockTest::wait_until(
-		sub {
-			$redis->cmd('PUBSUB', 'NUMSUB', 'redisson_lock__channel:{exit:w}')
-			  ->[1] == 0;
-		}),
+ok(RlockTest::wait_for_subscribers($redis, 'exit:w', 0),
 	'terminating it drops the subscription');
 is_deeply($redis->cmd('HKEYS', 'exit:w'), [$owner], 'the holder keeps the lock');
 eval { $waiter->quit };

@@ -24,12 +24,7 @@ is($nb->safe_psql('postgres', "SELECT rlock_try('two:k')"),
 my $sb = $nb->background_psql('postgres');
 $sb->query_until(qr/waiting/,
 	"\\echo waiting\nSELECT rlock_session_try('two:k', '30 s');\n");
-ok( RlockTest::wait_until(
-		sub {
-			$redis->cmd('PUBSUB', 'NUMSUB', 'redisson_lock__channel:{two:k}')
-			  ->[1] == 1;
-		}),
-	'b waits, subscribed');
+ok(RlockTest::wait_for_subscribers($redis, 'two:k', 1), 'b waits, subscribed');
 my $owner_a = $redis->cmd('HKEYS', 'two:k')->[0];
 my $t0 = time;
 $sa->query_safe('COMMIT');

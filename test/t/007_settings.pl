@@ -33,15 +33,12 @@ my $redis = RlockTest::Redis->start(
 		'--requirepass', 'other-default-pw'
 	]);
 my $dir = PostgreSQL::Test::Utils::tempdir;
-open(my $fh, '>', "$dir/redis.pw") or die $!;
-print $fh "$secret\n";
-close $fh;
-chmod 0600, "$dir/redis.pw";
+my $pw = RlockTest::password_file($dir, $secret);
 
 my $node = RlockTest::node('auth', $redis,
 	conf => [
 		"rlock.username = 'alice'",
-		"rlock.password_file = '$dir/redis.pw'",
+		"rlock.password_file = '$pw'",
 		"rlock.database = 3",
 		"rlock.key_prefix = 'app:'"
 	]);
@@ -67,9 +64,7 @@ like($err, qr/must be superuser or have privileges of pg_read_all_settings/,
 	'other users cannot see the password file setting');
 
 # a wrong password: 08006 naming the cause, and the secret never logged
-open($fh, '>', "$dir/redis.pw") or die $!;
-print $fh "wrong-$secret\n";
-close $fh;
+RlockTest::password_file($dir, "wrong-$secret");
 # a changed connection setting makes the worker connect again
 $node->append_conf('postgresql.conf', "rlock.database = 4");
 $node->reload;

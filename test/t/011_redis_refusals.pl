@@ -71,11 +71,7 @@ my $foreign = 'abcdef00-1111-4222-8333-444455556666:3';
 $redis->cmd('HSET', 'ref:forever', $foreign, 1);
 $s->query_until(qr/waiting/,
 	"\\echo waiting\nSELECT rlock_session_lock('ref:forever');\n");
-ok( RlockTest::wait_until(
-		sub {
-			$redis->cmd('PUBSUB', 'NUMSUB', 'redisson_lock__channel:{ref:forever}')
-			  ->[1] == 1;
-		}),
+ok(RlockTest::wait_for_subscribers($redis, 'ref:forever', 1),
 	'a waiter waits for a lock without expiry');
 $redis->cmd('DEL', 'ref:forever');
 like(scalar $s->query("SELECT 'next'"), qr/next/,
@@ -88,13 +84,9 @@ $s->quit;
 # subscriber connection is not made again and again
 my $acl = RlockTest::Redis->start(
 	args => [ '--user', 'nosub', 'on', '>pw', '~*', '+@all', 'resetchannels' ]);
-my $dir = PostgreSQL::Test::Utils::tempdir;
-open(my $fh, '>', "$dir/pw") or die $!;
-print $fh "pw\n";
-close $fh;
-chmod 0600, "$dir/pw";
+my $pw = RlockTest::password_file(PostgreSQL::Test::Utils::tempdir, 'pw');
 my $n2 = RlockTest::node('nosub', $acl,
-	conf => [ "rlock.username = 'nosub'", "rlock.password_file = '$dir/pw'" ]);
+	conf => [ "rlock.username = 'nosub'", "rlock.password_file = '$pw'" ]);
 $acl->cmd('HSET', 'ref:acl', $foreign, 1);
 $acl->cmd('PEXPIRE', 'ref:acl', 2500);
 my $before = info_connections($acl);
