@@ -23,7 +23,9 @@
  * after min(remaining TTL, remaining wait), as Redisson does.  RELEASE and
  * BARRIER requests are answered by a PING sent after the releases they
  * cover; if one of those must be sent again, the request waits (parked)
- * until it is answered.
+ * until it is answered.  A VERIFY request (before a commit) sends the
+ * verify script over every entry of its owner, in batches, and counts the
+ * holds Redis no longer has.
  *
  * While the worker works on a request for a hold entry it counts itself in
  * the entry's worker_refs, after checking that the entry is still the one
@@ -47,6 +49,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "common/hashfn.h"
 #include "lib/pairingheap.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -83,8 +86,13 @@ typedef struct WorkerReq
 	char	   *key;			/* EXISTS, PTTL: the key */
 	int			keylen;
 	TimestampTz wait_until;		/* ACQUIRE: 0 = no limit */
-	int64		lease_ms;		/* ACQUIRE: 0 = the watchdog */
+	int64		lease_ms;		/* ACQUIRE: 0 = the watchdog; VERIFY: margin */
+	bool		want_token;		/* ACQUIRE: count a fencing token */
+	int			batches;		/* VERIFY: batch replies still to come */
+	int			attempt;		/* VERIFY: sending of the batches */
+	int64		lost;			/* VERIFY: holds found lost so far */
 	uint64		wakes_seen;		/* wake-ups of its channel at last send */
+	uint64		releases_seen;	/* releases_sent at last send */
 	bool		woken;			/* retried by a wake-up, try not yet sent */
 	int			noscript;		/* NOSCRIPT retries so far */
 	TimestampTz timer_at;		/* 0 = no timer */
@@ -98,6 +106,18 @@ static pairingheap *timers;
 static dlist_head pending = DLIST_STATIC_INIT(pending);
 static RlockStatus *release_status; /* outcome of each entry's last release */
 static char *channel_buf;		/* room for any channel name */
+
+/*
+ * Full releases this worker sent, numbered, and for each of a fixed number
+ * of key hashes the number of the latest: an acquire that was on the wire
+ * when this instance freed its key must not sleep on its busy answer (it
+ * was not a waiter yet, so the hand-off could not reach it, and the unlock
+ * message went out before it subscribed).  A hash collision only costs an
+ * early retry.
+ */
+#define RLOCK_RELEASE_MARKS		1024
+static uint64 releases_sent = 0;
+static uint64 release_marks[RLOCK_RELEASE_MARKS];
 
 /* Releases Redis refused for a passing reason are sent again at this time */
 static TimestampTz resync_at = 0;
@@ -341,10 +361,11 @@ worker_hold_settled(RlockHold *h)
 }
 
 /*
- * Is some release covered by a RELEASE or BARRIER request not answered
- * yet?  RELEASE covers its entry, BARRIER every entry of its owner.
- * With "acquiring", only entries with an acquire on the wire count (a
- * BARRIER is not sent before their releases are).
+ * Is some release covered by a RELEASE, BARRIER or VERIFY request not
+ * answered yet?  RELEASE covers its entry, the others every entry of
+ * their owner.  With "acquiring", only entries with an acquire on the wire
+ * count (such requests are not sent before the releases queued behind
+ * those acquires are).
  */
 static bool
 worker_owner_busy(WorkerReq *req, bool acquiring)
@@ -369,6 +390,13 @@ worker_owner_busy(WorkerReq *req, bool acquiring)
 			return true;
 	}
 	return false;
+}
+
+static uint64 *
+worker_release_mark(const char *key, int keylen)
+{
+	return &release_marks[hash_bytes((const unsigned char *) key, keylen) %
+						  RLOCK_RELEASE_MARKS];
 }
 
 /*
@@ -427,7 +455,10 @@ worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
 		return;
 	}
 	if (target == 0)
+	{
+		*worker_release_mark(h->key, h->keylen) = ++releases_sent;
 		rlock_waiters_hand_off(h->key, h->keylen);
+	}
 }
 
 /*
@@ -607,8 +638,9 @@ worker_send_acquire(WorkerReq *req)
 	char		owner[RLOCK_OWNER_MAXLEN];
 	char		count[24];
 	char		lease[24];
-	const char *argv[7];
-	size_t		lens[7];
+	const char *argv[8];
+	size_t		lens[8];
+	int			argc = 0;
 	int32		target;
 	uint64		owner_id;
 
@@ -618,21 +650,26 @@ worker_send_acquire(WorkerReq *req)
 	h->acquiring = true;
 	SpinLockRelease(&h->mutex);
 
-	argv[0] = "EVALSHA";
-	lens[0] = 7;
-	argv[1] = rlock_script_sha(RLOCK_SCRIPT_ACQUIRE);
-	lens[1] = 40;
-	argv[2] = "1";
-	lens[2] = 1;
-	argv[3] = h->key;
-	lens[3] = h->keylen;
-	argv[4] = lease;
-	lens[4] = snprintf(lease, sizeof(lease), INT64_FORMAT,
-					   worker_lease(req->lease_ms));
-	argv[5] = owner;
-	lens[5] = rlock_owner_name(owner, owner_id);
-	argv[6] = count;
-	lens[6] = snprintf(count, sizeof(count), "%d", target);
+	argv[argc] = "EVALSHA";
+	lens[argc++] = 7;
+	argv[argc] = rlock_script_sha(RLOCK_SCRIPT_ACQUIRE);
+	lens[argc++] = 40;
+	argv[argc] = req->want_token ? "2" : "1";
+	lens[argc++] = 1;
+	argv[argc] = h->key;
+	lens[argc++] = h->keylen;
+	if (req->want_token)
+	{
+		argv[argc] = channel_buf;
+		lens[argc++] = rlock_token_name(channel_buf, h->key, h->keylen);
+	}
+	argv[argc] = lease;
+	lens[argc++] = snprintf(lease, sizeof(lease), INT64_FORMAT,
+							worker_lease(req->lease_ms));
+	argv[argc] = owner;
+	lens[argc++] = rlock_owner_name(owner, owner_id);
+	argv[argc] = count;
+	lens[argc++] = snprintf(count, sizeof(count), "%d", target);
 
 	cmd = rlock_cmd_new(RLOCK_CMD_ACQUIRE);
 	cmd->slot = slot;
@@ -640,15 +677,67 @@ worker_send_acquire(WorkerReq *req)
 	cmd->hold = req->hold;
 	cmd->target = target;
 	req->wakes_seen = rlock_waiters_wakes(slot);
+	req->releases_seen = releases_sent;
 	req->woken = false;
 	worker_set_state(req, REQ_INFLIGHT);
-	if (!rlock_conn_send(rlock_cmd_conn(), cmd, 7, argv, lens))
+	if (!rlock_conn_send(rlock_cmd_conn(), cmd, argc, argv, lens))
 	{
 		SpinLockAcquire(&h->mutex);
 		h->acquiring = false;
 		SpinLockRelease(&h->mutex);
 		worker_make_pending(req);
 	}
+}
+
+/*
+ * Send the verify script over every entry of the request's owner that
+ * holds something, in batches.  The batches of one sending carry its
+ * number, so that a reply to an earlier sending is never counted.
+ */
+static void
+worker_send_verify(WorkerReq *req)
+{
+	int			pairs[2 * RLOCK_BATCH];
+	int			n = 0;
+	int			i;
+
+	req->attempt++;
+	req->batches = 0;
+	req->lost = 0;
+	worker_set_state(req, REQ_INFLIGHT);
+	for (i = 0; i <= rlock_shared->nholds; i++)
+	{
+		bool		mine = false;
+
+		if (i < rlock_shared->nholds)
+		{
+			RlockHold  *h = rlock_hold(i);
+
+			SpinLockAcquire(&h->mutex);
+			mine = h->in_use && h->owner_id == req->owner_id &&
+				h->count - h->to_release > 0;
+			pairs[2 * n] = i;
+			pairs[2 * n + 1] = (int) h->generation;
+			SpinLockRelease(&h->mutex);
+		}
+		if (mine)
+			n++;
+		if (n == RLOCK_BATCH || (i == rlock_shared->nholds && n > 0))
+		{
+			if (!rlock_batch_send(RLOCK_CMD_VERIFY, RLOCK_SCRIPT_VERIFY,
+								  req->lease_ms, pairs, n,
+								  worker_slot_of(req), req->seq,
+								  req->attempt))
+			{
+				worker_make_pending(req);
+				return;
+			}
+			req->batches++;
+			n = 0;
+		}
+	}
+	if (req->batches == 0)
+		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
 }
 
 /*
@@ -709,13 +798,16 @@ worker_send_pending(void)
 			break;
 		if (req->op == RLOCK_OP_ACQUIRE ?
 			worker_hold_acquiring(req->hold) :
-			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER) &&
+			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER ||
+			 req->op == RLOCK_OP_VERIFY) &&
 			worker_owner_busy(req, true))
 			continue;
 		dlist_delete(&req->pending_node);
 		worker_timer_cancel(req);
 		if (req->op == RLOCK_OP_ACQUIRE)
 			worker_send_acquire(req);
+		else if (req->op == RLOCK_OP_VERIFY)
+			worker_send_verify(req);
 		else
 			worker_send_query(req);
 	}
@@ -761,10 +853,14 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	}
 
 	rlock_waiters_join(slot, h->key, h->keylen);
-	if (rlock_waiters_wakes(slot) != req->wakes_seen || pttl == 0 ||
-		pttl == -2)
+	if (rlock_waiters_wakes(slot) != req->wakes_seen ||
+		*worker_release_mark(h->key, h->keylen) > req->releases_seen ||
+		pttl == 0 || pttl == -2)
 	{
-		/* woken while the try was on the wire, or the lease just ended */
+		/*
+		 * Woken, or the lock freed here, while the try was on the wire; or
+		 * the lease just ended: try again now.
+		 */
 		worker_make_pending(req);
 		return;
 	}
@@ -777,21 +873,38 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	worker_timer_set(req, retry_at);
 }
 
+/*
+ * The reply of the acquire script: {1, token} granted, {2, token} granted
+ * although the owner's earlier holds were gone, {0, ttl} busy.
+ */
 static void
 worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 {
 	RlockHold  *h = rlock_hold(cmd->hold);
 	WorkerReq  *req;
-	bool		granted = (reply != NULL && reply->type == REDIS_REPLY_NIL);
+	bool		well_formed;
+	int64		status = -1;
+	int64		value = 0;
+	bool		granted;
 	char		detail[RLOCK_DETAIL_LEN];
+
+	well_formed = (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+				   reply->elements == 2 &&
+				   reply->element[0]->type == REDIS_REPLY_INTEGER &&
+				   reply->element[1]->type == REDIS_REPLY_INTEGER);
+	if (well_formed)
+	{
+		status = reply->element[0]->integer;
+		value = reply->element[1]->integer;
+	}
+	granted = (status == 1 || status == 2);
 
 	SpinLockAcquire(&h->mutex);
 	h->acquiring = false;
 	if (granted)
-	{
 		h->count = cmd->target;
-		h->lost = false;
-	}
+	if (status == 2)
+		h->lost = true;
 	else if (reply == NULL)
 		h->resync = true;		/* it may have run: restore our count */
 	SpinLockRelease(&h->mutex);
@@ -812,12 +925,12 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 		worker_make_pending(req);	/* after the resync, on a new connection */
 	else if (granted)
 	{
-		if (!worker_answer(cmd->slot, req->seq, RLOCK_STATUS_OK, 0, NULL))
+		if (!worker_answer(cmd->slot, req->seq, RLOCK_STATUS_OK, value, NULL))
 			rlock_queue_release(cmd->hold, 1, -1, false);
 		worker_forget(req);
 	}
-	else if (reply->type == REDIS_REPLY_INTEGER)
-		worker_acquire_busy(req, reply->integer);
+	else if (status == 0)
+		worker_acquire_busy(req, value);
 	else if (reply->type == REDIS_REPLY_ERROR &&
 			 rlock_script_missing(reply->str) &&
 			 req->noscript++ < RLOCK_NOSCRIPT_RETRIES)
@@ -834,6 +947,40 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 					 "Unexpected reply of type %d to the acquire script.",
 					 reply->type);
 		worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, detail);
+	}
+}
+
+/*
+ * The reply to one batch of a VERIFY request.  Lost entries are marked
+ * whatever became of the request; the request is answered, with the number
+ * of holds lost, when the last batch of its latest sending is in.
+ */
+static void
+worker_verify_reply(RlockCmd *cmd, redisReply *reply)
+{
+	int			lost = rlock_batch_mark_lost(cmd, reply);
+	WorkerReq  *req = worker_current(cmd);
+
+	if (req == NULL || cmd->target != req->attempt)
+		return;
+	if (reply == NULL)
+		worker_make_pending(req);	/* send again on a new connection */
+	else if (reply->type == REDIS_REPLY_ERROR &&
+			 rlock_script_missing(reply->str) &&
+			 req->noscript++ < RLOCK_NOSCRIPT_RETRIES)
+	{
+		rlock_scripts_load(rlock_cmd_conn());
+		worker_make_pending(req);
+	}
+	else if (lost < 0)
+		worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0,
+						reply->type == REDIS_REPLY_ERROR ? reply->str :
+						"Unexpected reply to the verify script.");
+	else
+	{
+		req->lost += lost;
+		if (--req->batches == 0)
+			worker_complete(req, RLOCK_STATUS_OK, req->lost, NULL);
 	}
 }
 
@@ -885,6 +1032,9 @@ rlock_worker_reply(RlockConn *conn, RlockCmd *cmd, void *reply)
 			break;
 		case RLOCK_CMD_RENEW:
 			rlock_renew_reply(cmd, r);
+			break;
+		case RLOCK_CMD_VERIFY:
+			worker_verify_reply(cmd, r);
 			break;
 		case RLOCK_CMD_SUBSCRIBE:
 		case RLOCK_CMD_UNSUBSCRIBE:
@@ -972,6 +1122,7 @@ worker_take_slot(int slot)
 		hold_generation = s->hold_generation;
 		taken.wait_until = s->wait_until;
 		taken.lease_ms = s->lease_ms;
+		taken.want_token = s->want_token;
 		taken.keylen = s->keylen;
 	}
 	SpinLockRelease(&s->mutex);
@@ -999,6 +1150,7 @@ worker_take_slot(int slot)
 	req->hold_counted = (taken.hold >= 0);
 	req->wait_until = taken.wait_until;
 	req->lease_ms = taken.lease_ms;
+	req->want_token = taken.want_token;
 	req->keylen = taken.keylen;
 	req->noscript = 0;
 	req->woken = false;
