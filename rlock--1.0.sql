@@ -45,6 +45,26 @@ RETURNS integer
 AS 'MODULE_PATHNAME', 'rlock_release_all'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Fencing tokens: Redisson's fenced-lock counter, one more on every
+-- acquisition that asks for one, on any client.
+
+CREATE FUNCTION rlock_try_token(key text, wait interval DEFAULT '0',
+                                lease interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rlock_try_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_session_try_token(key text, wait interval DEFAULT '0',
+                                        lease interval DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rlock_session_try_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_token(key text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rlock_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- Information.
 
 CREATE FUNCTION rlock_held(key text)

@@ -34,6 +34,9 @@ PG_FUNCTION_INFO_V1(rlock_release_all);
 PG_FUNCTION_INFO_V1(rlock_held);
 PG_FUNCTION_INFO_V1(rlock_is_locked);
 PG_FUNCTION_INFO_V1(rlock_ttl);
+PG_FUNCTION_INFO_V1(rlock_try_token);
+PG_FUNCTION_INFO_V1(rlock_session_try_token);
+PG_FUNCTION_INFO_V1(rlock_token);
 
 /* Waits longer than this (about a century) mean "no limit" */
 #define RLOCK_MAX_WAIT_US	(INT64CONST(100) * 365 * USECS_PER_DAY)
@@ -169,10 +172,12 @@ rlock_deadline(int64 us)
 /*
  * Shared body of the acquiring functions.  With "bounded", the wait comes
  * from argument 1 and the lease from argument 2; otherwise the wait has no
- * limit (lock_timeout applies) and the lease is argument 1.
+ * limit (lock_timeout applies) and the lease is argument 1.  With a token
+ * wanted, *token receives it.
  */
 static bool
-rlock_take(FunctionCallInfo fcinfo, bool session, bool bounded)
+rlock_take(FunctionCallInfo fcinfo, bool session, bool bounded,
+		   bool want_token, int64 *token)
 {
 	RlockKey	key;
 	TimestampTz wait_until;
@@ -193,7 +198,7 @@ rlock_take(FunctionCallInfo fcinfo, bool session, bool bounded)
 	}
 
 	status = rlock_acquire(key.redis, key.len, session, wait_until, lease_ms,
-						   !bounded);
+						   !bounded, want_token, token);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	return status == RLOCK_STATUS_OK;
 }
@@ -234,30 +239,96 @@ rlock_give(FunctionCallInfo fcinfo, bool session)
 	return true;
 }
 
+/*
+ * Ask Redis about a key (EXISTS, PTTL).
+ */
+static RlockStatus
+rlock_query(RlockOp op, RlockKey *key, int64 *value)
+{
+	RlockRequest req;
+
+	memset(&req, 0, sizeof(req));
+	req.op = op;
+	req.kind = RLOCK_KIND_PLAIN;
+	req.hold = -1;
+	req.key = key->redis;
+	req.keylen = key->len;
+	req.wait_until = GetCurrentTimestamp();
+	return rlock_request(&req, value);
+}
+
 Datum
 rlock_try(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(rlock_take(fcinfo, false, true));
+	int64		token;
+
+	PG_RETURN_BOOL(rlock_take(fcinfo, false, true, false, &token));
 }
 
 Datum
 rlock_session_try(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(rlock_take(fcinfo, true, true));
+	int64		token;
+
+	PG_RETURN_BOOL(rlock_take(fcinfo, true, true, false, &token));
 }
 
 Datum
 rlock_lock(PG_FUNCTION_ARGS)
 {
-	(void) rlock_take(fcinfo, false, false);
+	int64		token;
+
+	(void) rlock_take(fcinfo, false, false, false, &token);
 	PG_RETURN_VOID();
 }
 
 Datum
 rlock_session_lock(PG_FUNCTION_ARGS)
 {
-	(void) rlock_take(fcinfo, true, false);
+	int64		token;
+
+	(void) rlock_take(fcinfo, true, false, false, &token);
 	PG_RETURN_VOID();
+}
+
+/*
+ * rlock_try with a fencing token: the token, or NULL when not acquired.
+ */
+Datum
+rlock_try_token(PG_FUNCTION_ARGS)
+{
+	int64		token;
+
+	if (!rlock_take(fcinfo, false, true, true, &token))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
+}
+
+Datum
+rlock_session_try_token(PG_FUNCTION_ARGS)
+{
+	int64		token;
+
+	if (!rlock_take(fcinfo, true, true, true, &token))
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
+}
+
+/*
+ * The fencing token of this session's hold on a key: NULL when the session
+ * holds no lock on it (or lost it), or took it without a token.
+ */
+Datum
+rlock_token(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+	int64		token;
+
+	rlock_get_key(fcinfo, 0, &key);
+	token = rlock_held_token(key.redis, key.len);
+	if (token == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(token);
 }
 
 Datum
@@ -301,9 +372,7 @@ rlock_is_locked(PG_FUNCTION_ARGS)
 	int64		value = 0;
 
 	rlock_get_key(fcinfo, 0, &key);
-	status = rlock_request(RLOCK_OP_EXISTS, RLOCK_KIND_PLAIN, -1, 0,
-						   key.redis, key.len, GetCurrentTimestamp(), 0,
-						   false, &value);
+	status = rlock_query(RLOCK_OP_EXISTS, &key, &value);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	PG_RETURN_BOOL(value > 0);
 }
@@ -317,9 +386,7 @@ rlock_ttl(PG_FUNCTION_ARGS)
 	Interval   *result;
 
 	rlock_get_key(fcinfo, 0, &key);
-	status = rlock_request(RLOCK_OP_PTTL, RLOCK_KIND_PLAIN, -1, 0,
-						   key.redis, key.len, GetCurrentTimestamp(), 0,
-						   false, &value);
+	status = rlock_query(RLOCK_OP_PTTL, &key, &value);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 
 	/* -2: no such key; -1: a key without expiry */

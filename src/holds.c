@@ -21,7 +21,19 @@
  *
  * Ending holds never waits and never raises: the count is queued on the
  * shared entry (rlock_queue_release) and the worker sends one release for
- * it.  The callbacks are registered on first use and return at once while
+ * it.
+ *
+ * Losses.  When the worker sees Redis without this session's holds on a
+ * key (a renewal, release or check finds the field gone, or a re-entry
+ * finds the lock free) it marks the shared entry; the session takes note
+ * the next time it touches the key, or before committing.  The holds are
+ * then dropped: a lost session-scoped hold is reported with a warning, a
+ * lost transaction-scoped hold makes the commit fail with a serialization
+ * failure (rlock.verify_at_commit), as the work it protected may have run
+ * without the lock.  Before committing a transaction that holds
+ * transaction-scoped locks, the session asks the worker to check all of
+ * its holds in one round trip and to extend leases shorter than
+ * rlock.verify_margin.  The callbacks are registered on first use and return at once while
  * the session holds nothing in transaction scope.
  *
  * A local entry whose holds are gone stays in the table, unpinned, until
@@ -65,6 +77,8 @@ typedef struct LocalHold
 	bool		pinned;
 	int32		session_count;
 	int32		xact_count;
+	int64		token;			/* fencing token of the newest hold that
+								 * asked for one, 0 if none */
 	int			nruns;
 	int			maxruns;
 	HoldRun    *runs;
@@ -76,6 +90,14 @@ static HTAB *local_holds = NULL;
 static dlist_head xact_holds = DLIST_STATIC_INIT(xact_holds);
 static dlist_head idle_holds = DLIST_STATIC_INIT(idle_holds);
 static int	nidle = 0;
+
+/*
+ * A transaction-scoped hold of the current transaction was lost: the key,
+ * for the error at commit, and the subtransaction the hold was taken in
+ * (if that one rolls back, so does the work the hold protected).
+ */
+static char *xact_lost_key = NULL;
+static SubTransactionId xact_lost_subid = InvalidSubTransactionId;
 
 /* Idle entries beyond this many are checked at transaction end */
 #define RLOCK_IDLE_PRUNE	64
@@ -155,6 +177,7 @@ rlock_local_enter(const char *key, int keylen)
 	lh->pinned = false;
 	lh->session_count = 0;
 	lh->xact_count = 0;
+	lh->token = 0;
 	lh->nruns = 0;
 	lh->maxruns = 0;
 	lh->runs = NULL;
@@ -223,6 +246,7 @@ rlock_local_unpin_if_unused(LocalHold *lh)
 	if (!lh->pinned || lh->session_count > 0 || lh->xact_count > 0)
 		return;
 	lh->pinned = false;
+	lh->token = 0;
 	rlock_hold_unpin(lh->hold);
 	dlist_push_tail(&idle_holds, &lh->idle_node);
 	nidle++;
@@ -398,13 +422,87 @@ rlock_local_give_back(LocalHold *lh, int32 count)
 }
 
 /*
+ * Take note of a loss the worker saw on this key since the session last
+ * looked: Redis no longer has the session's holds on it.  They are dropped
+ * and their release queued (which brings the worker's count down).  A lost
+ * transaction-scoped hold is remembered for the check before the commit.
+ * With warn, each lost scope is also reported with a warning.
+ */
+static void
+rlock_local_take_note(LocalHold *lh, bool warn)
+{
+	SubTransactionId subid = InvalidSubTransactionId;
+	int32		nxact;
+	int32		nsession;
+	char	   *key;
+	int			i;
+
+	if (!lh->pinned || !rlock_hold_take_loss(lh->hold))
+		return;
+
+	for (i = lh->nruns - 1; i >= 0 && subid == InvalidSubTransactionId; i--)
+	{
+		if (!lh->runs[i].session)
+			subid = lh->runs[i].subid;
+	}
+	nxact = rlock_local_remove_holds(lh, false, InvalidSubTransactionId, 0);
+	nsession = rlock_local_remove_holds(lh, true, InvalidSubTransactionId, 0);
+	rlock_local_queue(lh, nxact + nsession);
+	if (nxact + nsession == 0)
+		return;
+
+	key = rlock_sql_key(lh->key.data, lh->key.len);
+	if (nxact > 0 && xact_lost_key == NULL)
+	{
+		xact_lost_key = MemoryContextStrdup(TopMemoryContext, key);
+		xact_lost_subid = subid;
+	}
+	if (!warn)
+		return;
+	if (nsession > 0)
+		ereport(WARNING,
+				(errmsg("session-scoped lock \"%s\" was lost", key),
+				 errdetail("Its lease ran out, or it was removed from Redis, while this session held it.")));
+	if (nxact > 0)
+		ereport(WARNING,
+				(errmsg("lock \"%s\" was lost by the current transaction", key),
+				 errdetail("Its lease ran out, or it was removed from Redis, while this transaction held it."),
+				 rlock_verify_at_commit ?
+				 errhint("The transaction will fail at commit.") : 0));
+}
+
+/*
+ * Send a request about an entry of this session (or about all of them,
+ * lh NULL) and wait for the answer.
+ */
+static RlockStatus
+rlock_hold_request(RlockOp op, LocalHold *lh, TimestampTz wait_until,
+				   int64 lease_ms, bool use_lock_timeout, bool want_token,
+				   int64 *value)
+{
+	RlockRequest req;
+
+	memset(&req, 0, sizeof(req));
+	req.op = op;
+	req.kind = RLOCK_KIND_PLAIN;
+	req.hold = lh ? lh->hold : -1;
+	req.hold_generation = lh ? lh->generation : 0;
+	req.wait_until = wait_until;
+	req.lease_ms = lease_ms;
+	req.want_token = want_token;
+	req.use_lock_timeout = use_lock_timeout;
+	return rlock_request(&req, value);
+}
+
+/*
  * Take one hold on a key, waiting until wait_until (0: without limit).
  * Returns OK when granted, BUSY when not; other statuses are errors for
  * the caller to report.
  */
 RlockStatus
 rlock_acquire(const char *key, int keylen, bool session,
-			  TimestampTz wait_until, int64 lease_ms, bool use_lock_timeout)
+			  TimestampTz wait_until, int64 lease_ms, bool use_lock_timeout,
+			  bool want_token, int64 *token)
 {
 	LocalHold  *volatile lh = rlock_local_enter(key, keylen);
 	RlockStatus status;
@@ -415,9 +513,9 @@ rlock_acquire(const char *key, int keylen, bool session,
 	PG_TRY();
 	{
 		rlock_local_reserve(lh);
-		status = rlock_request(RLOCK_OP_ACQUIRE, RLOCK_KIND_PLAIN, lh->hold,
-							   lh->generation, NULL, 0, wait_until, lease_ms,
-							   use_lock_timeout, &value);
+		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, wait_until,
+									lease_ms, use_lock_timeout, want_token,
+									&value);
 	}
 	PG_CATCH();
 	{
@@ -427,7 +525,14 @@ rlock_acquire(const char *key, int keylen, bool session,
 	PG_END_TRY();
 
 	if (status == RLOCK_STATUS_OK)
+	{
+		/* a re-entry that found the lock free means the older holds were lost */
+		rlock_local_take_note(lh, true);
 		rlock_local_add(lh, session, lease_ms);
+		if (want_token)
+			lh->token = value;
+		*token = value;
+	}
 	else
 		rlock_local_unpin_if_unused(lh);
 	return status;
@@ -457,9 +562,8 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 												   InvalidSubTransactionId, 1));
 	PG_TRY();
 	{
-		status = rlock_request(RLOCK_OP_RELEASE, RLOCK_KIND_PLAIN, lh->hold,
-							   lh->generation, NULL, 0, GetCurrentTimestamp(),
-							   0, false, &value);
+		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, GetCurrentTimestamp(),
+									0, false, false, &value);
 	}
 	PG_CATCH();
 	{
@@ -467,6 +571,8 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	/* the caller warns about this hold; the others went with it */
+	rlock_local_take_note(lh, status != RLOCK_STATUS_NOT_HELD);
 	rlock_local_unpin_if_unused(lh);
 	return status;
 }
@@ -500,14 +606,15 @@ rlock_release_session_all(RlockStatus *status)
 	}
 
 	if (total > 0)
-		*status = rlock_request(RLOCK_OP_BARRIER, RLOCK_KIND_PLAIN, -1, 0,
-								NULL, 0, GetCurrentTimestamp(), 0, false,
-								&value);
+		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL,
+									 GetCurrentTimestamp(), 0, false, false,
+									 &value);
 	return total;
 }
 
 /*
- * This session's hold count on a key, both scopes.
+ * This session's hold count on a key, both scopes, after taking note of a
+ * loss.
  */
 int
 rlock_held_count(const char *key, int keylen)
@@ -516,7 +623,77 @@ rlock_held_count(const char *key, int keylen)
 
 	if (lh == NULL)
 		return 0;
+	rlock_local_take_note(lh, true);
+	rlock_local_unpin_if_unused(lh);
 	return lh->session_count + lh->xact_count;
+}
+
+/*
+ * The fencing token of this session's holds on a key, 0 if it holds none
+ * or took them without a token.
+ */
+int64
+rlock_held_token(const char *key, int keylen)
+{
+	LocalHold  *lh = rlock_local_find(key, keylen);
+
+	if (lh == NULL)
+		return 0;
+	rlock_local_take_note(lh, true);
+	rlock_local_unpin_if_unused(lh);
+	return lh->token;
+}
+
+/*
+ * PRE_COMMIT: before a transaction that holds transaction-scoped locks
+ * commits, check them all in one round trip (extending short leases to
+ * rlock.verify_margin), and refuse the commit if one was lost.  Raising
+ * here is allowed: the transaction aborts and its holds are released.
+ */
+static void
+rlock_verify_before_commit(void)
+{
+	dlist_mutable_iter iter;
+	RlockStatus status;
+	int64		lost;
+
+	if (!rlock_verify_at_commit)
+		return;
+
+	if (!dlist_is_empty(&xact_holds))
+	{
+		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL,
+									GetCurrentTimestamp(), rlock_verify_margin,
+									false, false, &lost);
+		rlock_report_status(status, NULL, 0);
+
+		dlist_foreach_modify(iter, &xact_holds)
+		{
+			LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
+
+			rlock_local_take_note(lh, false);
+		}
+	}
+	/* lost now, or noted earlier in the transaction */
+	if (xact_lost_key != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("lock \"%s\" was lost before the transaction committed",
+						xact_lost_key),
+				 errdetail("Its lease ran out, or it was removed from Redis, while the transaction held it."),
+				 errhint("Retry the transaction.  A lease longer than the work, or the watchdog (no lease), keeps the lock.")));
+}
+
+/*
+ * The transaction ended: forget its loss.
+ */
+static void
+rlock_forget_xact_loss(void)
+{
+	if (xact_lost_key != NULL)
+		pfree(xact_lost_key);
+	xact_lost_key = NULL;
+	xact_lost_subid = InvalidSubTransactionId;
 }
 
 /*
@@ -557,10 +734,14 @@ rlock_xact_callback(XactEvent event, void *arg)
 						 errmsg("cannot PREPARE a transaction that holds transaction-scoped rlocks"),
 						 errhint("Release them first, or take session-scoped locks with rlock_session_lock().")));
 			break;
+		case XACT_EVENT_PRE_COMMIT:
+			rlock_verify_before_commit();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			rlock_forget_xact_loss();
 			rlock_abandon_request();
 			if (!dlist_is_empty(&xact_holds))
 				rlock_end_xact_holds(InvalidSubTransactionId);
@@ -581,11 +762,15 @@ rlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	switch (event)
 	{
 		case SUBXACT_EVENT_ABORT_SUB:
+			if (xact_lost_subid == mySubid)
+				rlock_forget_xact_loss();
 			rlock_abandon_request();
 			if (!dlist_is_empty(&xact_holds))
 				rlock_end_xact_holds(mySubid);
 			break;
 		case SUBXACT_EVENT_COMMIT_SUB:
+			if (xact_lost_subid == mySubid)
+				xact_lost_subid = parentSubid;
 			dlist_foreach(iter, &xact_holds)
 			{
 				LocalHold  *lh = dlist_container(LocalHold, xact_node,

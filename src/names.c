@@ -4,7 +4,8 @@
  *		Redis names derived from a lock key, as Redisson derives them.
  *
  * A lock named NAME lives in the hash at key NAME.  Its unlock channel is
- * "redisson_lock__channel:{NAME}", where the braces are left out when NAME
+ * "redisson_lock__channel:{NAME}" and its fencing token counter
+ * "redisson_lock_token:{NAME}", where the braces are left out when NAME
  * already contains "{" (Redisson keeps the user's own cluster hash tag).
  * The hash field of a holder is "<uuid>:<n>": the instance's uuid and a
  * number unique to one backend session.
@@ -19,20 +20,23 @@
 #include "postgres.h"
 
 #include "common/hashfn.h"
+#include "mb/pg_wchar.h"
 
 #include "rlock.h"
 
 /*
- * Write the unlock channel of a key into buf, which must have room for
- * RLOCK_CHANNEL_MAXLEN(keylen) bytes.  Returns the length.
+ * Write a name Redisson derives from a lock key into buf: the prefix, then
+ * the key in braces, or as it is when it contains "{" already.  buf must
+ * have room for RLOCK_DERIVED_MAXLEN(prefix, keylen) bytes.  Returns the
+ * length.
  */
-int
-rlock_channel_name(char *buf, const char *key, int keylen)
+static int
+rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
 {
-	int			len = strlen(RLOCK_CHANNEL_PREFIX);
+	int			len = strlen(prefix);
 	bool		braces = (memchr(key, '{', keylen) == NULL);
 
-	memcpy(buf, RLOCK_CHANNEL_PREFIX, len);
+	memcpy(buf, prefix, len);
 	if (braces)
 		buf[len++] = '{';
 	memcpy(buf + len, key, keylen);
@@ -41,6 +45,24 @@ rlock_channel_name(char *buf, const char *key, int keylen)
 		buf[len++] = '}';
 	buf[len] = '\0';
 	return len;
+}
+
+/*
+ * The unlock channel of a key: redisson_lock__channel:{key}.
+ */
+int
+rlock_channel_name(char *buf, const char *key, int keylen)
+{
+	return rlock_derived_name(buf, RLOCK_CHANNEL_PREFIX, key, keylen);
+}
+
+/*
+ * The fencing token counter of a key: redisson_lock_token:{key}.
+ */
+int
+rlock_token_name(char *buf, const char *key, int keylen)
+{
+	return rlock_derived_name(buf, RLOCK_TOKEN_PREFIX, key, keylen);
 }
 
 /*
@@ -74,4 +96,23 @@ rlock_keyref_match(const void *key1, const void *key2, Size keysize)
 	if (a->len != b->len)
 		return 1;
 	return memcmp(a->data, b->data, a->len);
+}
+
+/*
+ * A Redis key as the SQL caller wrote it, for messages: without
+ * rlock.key_prefix, in the database encoding.
+ */
+char *
+rlock_sql_key(const char *key, int keylen)
+{
+	int			prefixlen = strlen(rlock_key_prefix);
+	char	   *utf8;
+
+	if (keylen >= prefixlen && memcmp(key, rlock_key_prefix, prefixlen) == 0)
+	{
+		key += prefixlen;
+		keylen -= prefixlen;
+	}
+	utf8 = pnstrdup(key, keylen);
+	return pg_any_to_server(utf8, keylen, PG_UTF8);
 }

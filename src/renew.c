@@ -13,6 +13,9 @@
  * key only while the owner's field is in it: it never brings back a lock.
  * A renewal that finds the field gone marks the entry lost and stops.
  *
+ * The batches are shared with the check before a commit (VERIFY): a script
+ * over up to RLOCK_BATCH keys and their owners, one 1 or 0 back per key.
+ *
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
@@ -28,9 +31,6 @@
 #include "utils/timestamp.h"
 
 #include "rlock.h"
-
-/* Most keys in one renewal script call, as Redisson's default batch */
-#define RLOCK_RENEW_BATCH	100
 
 static TimestampTz next_renewal = 0;
 
@@ -62,17 +62,22 @@ rlock_renew_soon(void)
 }
 
 /*
- * Send one batch: EVALSHA sha n key... lease owner...
+ * Send one batch of entries (index and generation pairs) to a script:
+ * EVALSHA sha n key... arg_ms owner...  The command carries the pairs, the
+ * slot and request it answers, if any, and the caller's tag.  The worker alone frees entries
+ * whose count is above zero, so the keys stay put while they are copied.
  */
-static void
-renew_send(int *holds, int n)
+bool
+rlock_batch_send(RlockCmdType type, RlockScript script, int64 arg_ms,
+				 const int *pairs, int n, int slot, uint64 seq, int32 tag)
 {
-	RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_RENEW);
+	RlockCmd   *cmd = rlock_cmd_new(type);
 	const char **argv;
 	size_t	   *lens;
 	char	   *owners;
-	char		lease[24];
+	char		arg[24];
 	char		nkeys[16];
+	bool		sent;
 	int			i;
 
 	argv = palloc(sizeof(char *) * (2 * n + 4));
@@ -81,32 +86,70 @@ renew_send(int *holds, int n)
 
 	argv[0] = "EVALSHA";
 	lens[0] = 7;
-	argv[1] = rlock_script_sha(RLOCK_SCRIPT_RENEW);
+	argv[1] = rlock_script_sha(script);
 	lens[1] = 40;
 	argv[2] = nkeys;
 	lens[2] = snprintf(nkeys, sizeof(nkeys), "%d", n);
-	argv[3 + n] = lease;
-	lens[3 + n] = snprintf(lease, sizeof(lease), "%d", rlock_watchdog_timeout);
+	argv[3 + n] = arg;
+	lens[3 + n] = snprintf(arg, sizeof(arg), INT64_FORMAT, arg_ms);
 	for (i = 0; i < n; i++)
 	{
-		RlockHold  *h = rlock_hold(holds[2 * i]);
+		RlockHold  *h = rlock_hold(pairs[2 * i]);
 		char	   *owner = owners + i * RLOCK_OWNER_MAXLEN;
 
-		/* the worker alone can free an entry holding locks: h is stable */
 		argv[3 + i] = h->key;
 		lens[3 + i] = h->keylen;
 		argv[4 + n + i] = owner;
 		lens[4 + n + i] = rlock_owner_name(owner, h->owner_id);
 	}
 
+	cmd->slot = slot;
+	cmd->seq = seq;
+	cmd->target = tag;
 	cmd->nholds = n;
 	cmd->holds = MemoryContextAlloc(TopMemoryContext, sizeof(int) * 2 * n);
-	memcpy(cmd->holds, holds, sizeof(int) * 2 * n);
-	(void) rlock_conn_send(rlock_cmd_conn(), cmd, 2 * n + 4, argv, lens);
+	memcpy(cmd->holds, pairs, sizeof(int) * 2 * n);
+	sent = rlock_conn_send(rlock_cmd_conn(), cmd, 2 * n + 4, argv, lens);
 
 	pfree(argv);
 	pfree(lens);
 	pfree(owners);
+	return sent;
+}
+
+/*
+ * Mark lost the entries of a batch for which the script answered 0 (the
+ * owner's field was gone), if they are still the same entries.  Returns
+ * how many, or -1 if the reply is not one number per key.
+ */
+int
+rlock_batch_mark_lost(RlockCmd *cmd, void *r)
+{
+	redisReply *reply = (redisReply *) r;
+	int			lost = 0;
+	int			i;
+
+	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
+		reply->elements != (size_t) cmd->nholds)
+		return -1;
+
+	for (i = 0; i < cmd->nholds; i++)
+	{
+		RlockHold  *h;
+
+		if (reply->element[i]->type != REDIS_REPLY_INTEGER ||
+			reply->element[i]->integer != 0)
+			continue;
+		h = rlock_hold(cmd->holds[2 * i]);
+		SpinLockAcquire(&h->mutex);
+		if (h->in_use && h->generation == (uint32) cmd->holds[2 * i + 1])
+		{
+			h->lost = true;
+			lost++;
+		}
+		SpinLockRelease(&h->mutex);
+	}
+	return lost;
 }
 
 /*
@@ -115,7 +158,7 @@ renew_send(int *holds, int n)
 void
 rlock_renew_tick(TimestampTz now)
 {
-	int			batch[2 * RLOCK_RENEW_BATCH];
+	int			batch[2 * RLOCK_BATCH];
 	int			n = 0;
 	int			i;
 
@@ -139,14 +182,16 @@ rlock_renew_tick(TimestampTz now)
 
 		if (!renew)
 			continue;
-		if (++n == RLOCK_RENEW_BATCH)
+		if (++n == RLOCK_BATCH)
 		{
-			renew_send(batch, n);
+			(void) rlock_batch_send(RLOCK_CMD_RENEW, RLOCK_SCRIPT_RENEW,
+									rlock_watchdog_timeout, batch, n, -1, 0, 0);
 			n = 0;
 		}
 	}
 	if (n > 0)
-		renew_send(batch, n);
+		(void) rlock_batch_send(RLOCK_CMD_RENEW, RLOCK_SCRIPT_RENEW,
+								rlock_watchdog_timeout, batch, n, -1, 0, 0);
 }
 
 /*
@@ -157,7 +202,6 @@ void
 rlock_renew_reply(RlockCmd *cmd, void *r)
 {
 	redisReply *reply = (redisReply *) r;
-	int			i;
 
 	if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
 	{
@@ -174,21 +218,6 @@ rlock_renew_reply(RlockCmd *cmd, void *r)
 					 errdetail_internal("%s", reply->str)));
 		return;
 	}
-	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
-		reply->elements != (size_t) cmd->nholds)
-		return;					/* the next period tries again */
-
-	for (i = 0; i < cmd->nholds; i++)
-	{
-		RlockHold  *h;
-
-		if (reply->element[i]->type != REDIS_REPLY_INTEGER ||
-			reply->element[i]->integer != 0)
-			continue;
-		h = rlock_hold(cmd->holds[2 * i]);
-		SpinLockAcquire(&h->mutex);
-		if (h->in_use && h->generation == (uint32) cmd->holds[2 * i + 1])
-			h->lost = true;
-		SpinLockRelease(&h->mutex);
-	}
+	/* anything else unexpected: the next period tries again */
+	(void) rlock_batch_mark_lost(cmd, reply);
 }

@@ -196,22 +196,21 @@ rlock_request_exit(int code, Datum arg)
 /*
  * Send one request to the worker and wait for its answer.
  *
- * "hold" and "hold_generation" name the hold entry for ACQUIRE and RELEASE;
- * "key" is used by the operations that have no entry.  wait_until bounds an ACQUIRE (0: no
- * bound); lease_ms is its lease (0: the watchdog).  With use_lock_timeout,
- * lock_timeout applies to the wait, as it does to a heavyweight lock wait.
- * An error or interrupt during the wait gives the request up and re-throws.
+ * "hold" and "hold_generation" name the hold entry for ACQUIRE and
+ * RELEASE; "key" is used by the operations that have no entry.  wait_until
+ * bounds an ACQUIRE (0: no bound); lease_ms is its lease (0: the
+ * watchdog).  With use_lock_timeout, lock_timeout applies to the wait, as
+ * it does to a heavyweight lock wait.  An error or interrupt during the
+ * wait gives the request up and re-throws.
  */
 RlockStatus
-rlock_request(RlockOp op, RlockKind kind, int hold, uint32 hold_generation,
-			  const char *key, int keylen, TimestampTz wait_until,
-			  int64 lease_ms, bool use_lock_timeout, int64 *value)
+rlock_request(const RlockRequest *req, int64 *value)
 {
 	int			index = rlock_my_slot_index();
 	RlockSlot  *slot = rlock_slot(index);
 	uint64		seq;
 	bool		push;
-	bool		timer = (use_lock_timeout && LockTimeout > 0);
+	bool		timer = (req->use_lock_timeout && LockTimeout > 0);
 	RlockStatus status;
 
 	Assert(!request_active);
@@ -222,17 +221,18 @@ rlock_request(RlockOp op, RlockKind kind, int hold, uint32 hold_generation,
 	}
 
 	slot->latch = MyLatch;
-	slot->op = op;
-	slot->kind = kind;
+	slot->op = req->op;
+	slot->kind = req->kind;
 	slot->owner_id = rlock_my_owner_id();
-	slot->hold = hold;
-	slot->hold_generation = hold_generation;
-	slot->wait_until = wait_until;
-	slot->lease_ms = lease_ms;
-	slot->keylen = keylen;
-	if (keylen > 0)
-		memcpy(slot->key, key, keylen);
-	slot->key[keylen] = '\0';
+	slot->hold = req->hold;
+	slot->hold_generation = req->hold_generation;
+	slot->wait_until = req->wait_until;
+	slot->lease_ms = req->lease_ms;
+	slot->want_token = req->want_token;
+	slot->keylen = req->keylen;
+	if (req->keylen > 0)
+		memcpy(slot->key, req->key, req->keylen);
+	slot->key[req->keylen] = '\0';
 
 	SpinLockAcquire(&slot->mutex);
 	Assert(slot->state == RLOCK_SLOT_IDLE);
@@ -254,7 +254,7 @@ rlock_request(RlockOp op, RlockKind kind, int hold, uint32 hold_generation,
 	{
 		if (timer)
 			enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
-		status = rlock_wait_for_answer(slot, seq, wait_until, value);
+		status = rlock_wait_for_answer(slot, seq, req->wait_until, value);
 	}
 	PG_CATCH();
 	{

@@ -44,6 +44,8 @@ int			rlock_command_timeout = 3000;
 int			rlock_watchdog_timeout = 30000;
 int			rlock_max_key_length = 512;
 int			rlock_max_locks = 4096;
+bool		rlock_verify_at_commit = true;
+int			rlock_verify_margin = 2000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -169,6 +171,22 @@ rlock_define_settings(void)
 							&rlock_max_locks,
 							4096, 16, 1048576,
 							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("rlock.verify_at_commit",
+							 "Checks before a commit that its transaction-scoped locks are still held.",
+							 "A transaction whose lock was lost (its lease ran out, or it was removed) fails to commit with a serialization failure.",
+							 &rlock_verify_at_commit,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.verify_margin",
+							"Lease a lock must have left when its transaction commits.",
+							"The check before a commit extends shorter leases to this.",
+							&rlock_verify_margin,
+							2000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("rlock");

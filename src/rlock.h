@@ -33,8 +33,9 @@
 /* Room for an error text handed from the worker to a backend */
 #define RLOCK_DETAIL_LEN	512
 
-/* The channel of a lock is this prefix plus the key, in braces */
+/* Names derived from a lock key: this prefix plus the key, in braces */
 #define RLOCK_CHANNEL_PREFIX	"redisson_lock__channel:"
+#define RLOCK_TOKEN_PREFIX		"redisson_lock_token:"
 
 /*
  * Settings (rlock.c).  The worker reads the connection settings; backends
@@ -52,6 +53,8 @@ extern int	rlock_command_timeout;
 extern int	rlock_watchdog_timeout;
 extern int	rlock_max_key_length;
 extern int	rlock_max_locks;
+extern bool rlock_verify_at_commit;
+extern int	rlock_verify_margin;
 
 /*
  * What a request asks for.  Releases at transaction end do not use a
@@ -63,7 +66,8 @@ typedef enum RlockOp
 	RLOCK_OP_RELEASE,			/* give back one hold and report the outcome */
 	RLOCK_OP_EXISTS,			/* is the key held by anyone */
 	RLOCK_OP_PTTL,				/* remaining lease of the key */
-	RLOCK_OP_BARRIER			/* answered once everything before it is */
+	RLOCK_OP_BARRIER,			/* answered once everything before it is */
+	RLOCK_OP_VERIFY				/* are the session's holds still there */
 } RlockOp;
 
 /*
@@ -116,11 +120,14 @@ typedef struct RlockSlot
 	int			hold;			/* hold entry, or -1 */
 	uint32		hold_generation;	/* of that entry, as the backend knows it */
 	TimestampTz wait_until;		/* ACQUIRE: give up after this; 0 = never */
-	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog */
+	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog;
+								 * VERIFY: the safety margin */
+	bool		want_token;		/* ACQUIRE: count a fencing token */
 
 	/* the result: written by the worker before it becomes DONE */
 	RlockStatus status;
-	int64		value;
+	int64		value;			/* ACQUIRE: the token; VERIFY: holds lost;
+								 * EXISTS, PTTL: Redis's answer */
 	char		detail[RLOCK_DETAIL_LEN];
 
 	int			keylen;
@@ -157,7 +164,9 @@ typedef struct RlockHold
 	bool		acquiring;		/* an acquire is on the wire */
 	int32		unacked;		/* releases on the wire */
 	bool		resync;			/* re-assert count in Redis */
-	bool		lost;			/* Redis no longer had the hold */
+	bool		lost;			/* Redis was seen without the owner's holds
+								 * (set by the worker, cleared by the
+								 * backend once it has taken note) */
 
 	bool		queued;			/* sits in the ring; set by either side */
 
@@ -217,6 +226,7 @@ extern bool rlock_hold_pin(int index, uint32 generation);
 extern bool rlock_hold_is_current(int index, uint32 generation);
 extern void rlock_hold_unpin(int index);
 extern void rlock_hold_describe(int index, int64 lease_ms, bool renew);
+extern bool rlock_hold_take_loss(int index);
 extern bool rlock_hold_try_free(int index);
 extern void rlock_queue_release(int index, int count, int64 lease_ms,
 								bool renew);
@@ -234,7 +244,10 @@ typedef struct RlockKeyRef
 
 /* names.c: Redis key, channel and owner names */
 extern int	rlock_channel_name(char *buf, const char *key, int keylen);
+extern int	rlock_token_name(char *buf, const char *key, int keylen);
 extern int	rlock_owner_name(char *buf, uint64 owner_id);
+extern char *rlock_sql_key(const char *key, int keylen);
+/* room for the longest derived name (the channel) of a key */
 #define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_CHANNEL_PREFIX) + (keylen) + 2)
 #define RLOCK_OWNER_MAXLEN				(RLOCK_UUID_LEN + 22)
 extern uint32 rlock_keyref_hash(const void *key, Size keysize);
@@ -244,19 +257,32 @@ extern int	rlock_keyref_match(const void *key1, const void *key2,
 /* holds.c: the backend's holds and the transaction callbacks */
 extern RlockStatus rlock_acquire(const char *key, int keylen, bool session,
 								 TimestampTz wait_until, int64 lease_ms,
-								 bool use_lock_timeout);
+								 bool use_lock_timeout, bool want_token,
+								 int64 *token);
 extern RlockStatus rlock_release_one(const char *key, int keylen,
 									 bool session, bool *found);
 extern int	rlock_release_session_all(RlockStatus *status);
 extern int	rlock_held_count(const char *key, int keylen);
+extern int64 rlock_held_token(const char *key, int keylen);
 
 /* request.c: the backend side of the request path */
 extern uint64 rlock_my_owner_id(void);
-extern RlockStatus rlock_request(RlockOp op, RlockKind kind, int hold,
-								 uint32 hold_generation,
-								 const char *key, int keylen,
-								 TimestampTz wait_until, int64 lease_ms,
-								 bool use_lock_timeout, int64 *value);
+/* A request as a backend makes it (see RlockSlot for the fields) */
+typedef struct RlockRequest
+{
+	RlockOp		op;
+	RlockKind	kind;
+	int			hold;			/* -1 if none */
+	uint32		hold_generation;
+	const char *key;			/* EXISTS, PTTL */
+	int			keylen;
+	TimestampTz wait_until;
+	int64		lease_ms;
+	bool		want_token;
+	bool		use_lock_timeout;	/* lock_timeout applies to the wait */
+} RlockRequest;
+
+extern RlockStatus rlock_request(const RlockRequest *req, int64 *value);
 extern void rlock_abandon_request(void);
 extern void rlock_report_status(RlockStatus status, const char *key,
 								int keylen);
@@ -272,6 +298,7 @@ typedef enum RlockCmdType
 	RLOCK_CMD_RELEASE,			/* release script for a hold entry */
 	RLOCK_CMD_QUERY,			/* EXISTS, PTTL or PING for a request */
 	RLOCK_CMD_RENEW,			/* renewal script for a batch of entries */
+	RLOCK_CMD_VERIFY,			/* verify script for a batch of a request */
 	RLOCK_CMD_SUBSCRIBE,		/* expects one subscribe confirmation */
 	RLOCK_CMD_UNSUBSCRIBE		/* expects one unsubscribe confirmation */
 } RlockCmdType;
@@ -290,9 +317,10 @@ typedef struct RlockCmd
 	int			slot;			/* request commands: slot and request */
 	uint64		seq;
 	int			hold;			/* ACQUIRE, RELEASE: the hold entry */
-	int32		target;			/* ACQUIRE, RELEASE: count to leave */
-	int			nholds;			/* RENEW: entries in the batch */
-	int		   *holds;			/* RENEW: entry and generation pairs */
+	int32		target;			/* ACQUIRE, RELEASE: count to leave;
+								 * VERIFY: the sending it belongs to */
+	int			nholds;			/* RENEW, VERIFY: entries in the batch */
+	int		   *holds;			/* RENEW, VERIFY: entry and generation pairs */
 } RlockCmd;
 
 typedef enum RlockConnState
@@ -354,6 +382,7 @@ typedef enum RlockScript
 	RLOCK_SCRIPT_ACQUIRE,
 	RLOCK_SCRIPT_RELEASE,
 	RLOCK_SCRIPT_RENEW,
+	RLOCK_SCRIPT_VERIFY,
 	RLOCK_NSCRIPTS
 } RlockScript;
 extern void rlock_scripts_load(RlockConn *conn);
@@ -380,7 +409,12 @@ extern void rlock_waiters_message(const char *channel, int channellen,
 extern void rlock_waiters_conn_ready(void);
 extern void rlock_waiters_conn_lost(void);
 
-/* renew.c: the watchdog */
+/* renew.c: the watchdog, and the batches of entries it and VERIFY use */
+#define RLOCK_BATCH		100
+extern bool rlock_batch_send(RlockCmdType type, RlockScript script,
+							 int64 arg_ms, const int *pairs, int n,
+							 int slot, uint64 seq, int32 tag);
+extern int	rlock_batch_mark_lost(RlockCmd *cmd, void *reply);
 extern void rlock_renew_tick(TimestampTz now);
 extern TimestampTz rlock_renew_next(void);
 extern void rlock_renew_soon(void);

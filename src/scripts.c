@@ -29,20 +29,27 @@
 #include "rlock.h"
 
 /*
- * Acquire.  KEYS[1] lock; ARGV[1] lease in ms, ARGV[2] owner, ARGV[3] hold
+ * Acquire.  KEYS[1] lock, and KEYS[2] its fencing token counter when the
+ * caller asks for a token; ARGV[1] lease in ms, ARGV[2] owner, ARGV[3] hold
  * count to leave.  Takes the lock when it is free or already ours, setting
- * the count and resetting the lease.  Returns nil when taken, otherwise the
- * key's remaining time to live in ms (-1 when it has no expiry), which
- * bounds how long a waiter sleeps before trying again.
+ * the count and resetting the lease, and counts a token (Redisson's fenced
+ * lock counts one on every acquisition, re-entry included).  Returns
+ * {1, token} when taken; {2, token} when taken although the owner expected
+ * to hold it already and did not (its earlier holds were lost); {0, ttl}
+ * when someone else holds it, ttl being the key's remaining time to live in
+ * ms (-1 when it has no expiry), which bounds how long a waiter sleeps.
  */
 static const char acquire_script[] =
-"if redis.call('exists', KEYS[1]) == 0 "
-"or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then "
+"local held = redis.call('hexists', KEYS[1], ARGV[2]) == 1 "
+"if held or redis.call('exists', KEYS[1]) == 0 then "
 "redis.call('hset', KEYS[1], ARGV[2], ARGV[3]) "
 "redis.call('pexpire', KEYS[1], ARGV[1]) "
-"return nil "
+"local token = 0 "
+"if #KEYS > 1 then token = redis.call('incr', KEYS[2]) end "
+"if not held and tonumber(ARGV[3]) > 1 then return {2, token} end "
+"return {1, token} "
 "end "
-"return redis.call('pttl', KEYS[1])";
+"return {0, redis.call('pttl', KEYS[1])}";
 
 /*
  * Release.  KEYS[1] lock, KEYS[2] channel; ARGV[1] owner, ARGV[2] hold
@@ -83,10 +90,32 @@ static const char renew_script[] =
 "end "
 "return result";
 
+/*
+ * Verify before a commit.  KEYS[i] lock; ARGV[1] safety margin in ms,
+ * ARGV[i + 1] owner of KEYS[i].  For every lock its owner still holds,
+ * makes sure at least the margin of lease is left (extending it if not).
+ * Returns one 1 (held) or 0 (not held: lost) per key.
+ */
+static const char verify_script[] =
+"local result = {} "
+"for i = 1, #KEYS do "
+"if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then "
+"local ttl = redis.call('pttl', KEYS[i]) "
+"if ttl >= 0 and ttl < tonumber(ARGV[1]) then "
+"redis.call('pexpire', KEYS[i], ARGV[1]) "
+"end "
+"result[i] = 1 "
+"else "
+"result[i] = 0 "
+"end "
+"end "
+"return result";
+
 static const char *const script_text[RLOCK_NSCRIPTS] = {
 	acquire_script,
 	release_script,
-	renew_script
+	renew_script,
+	verify_script
 };
 
 /* SHA1 of each script as Redis reported it, hex */

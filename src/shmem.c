@@ -339,6 +339,23 @@ rlock_hold_unpin(int index)
 }
 
 /*
+ * Has the worker seen Redis without this entry's holds since the backend
+ * last asked?  Asking clears the mark.
+ */
+bool
+rlock_hold_take_loss(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		lost;
+
+	SpinLockAcquire(&h->mutex);
+	lost = h->lost;
+	h->lost = false;
+	SpinLockRelease(&h->mutex);
+	return lost;
+}
+
+/*
  * Record the lease of the newest hold and whether any hold uses the
  * watchdog, after the backend gained a hold.
  */

@@ -220,7 +220,13 @@ sub stop
 	delete $self->{conn};
 	kill 'CONT', $self->{pid};
 	kill 'TERM', $self->{pid};
-	waitpid($self->{pid}, 0);
+	# a server busy in a script ignores SIGTERM: do not wait for ever
+	unless (RlockTest::wait_until(
+			sub { waitpid($self->{pid}, POSIX::WNOHANG()) != 0 }, 5))
+	{
+		kill 'KILL', $self->{pid};
+		waitpid($self->{pid}, 0);
+	}
 	delete $self->{pid};
 }
 

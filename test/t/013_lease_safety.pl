@@ -1,0 +1,188 @@
+# Lease safety: the watchdog keeps a lock through a long query; a lost lock
+# is reported (session scope) or fails the commit with 40001 (transaction
+# scope); the check before the commit extends a short lease to the margin;
+# an explicit lease runs out on time and hands the lock to a waiter at
+# once; fencing tokens grow across rlock and Redisson-style clients.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use RlockTest;
+
+my $redis = RlockTest::Redis->start;
+my $node = RlockTest::node('lease', $redis,
+	conf => [
+		"rlock.watchdog_timeout = '1500ms'",
+		"wal_level = replica", "max_wal_senders = 2",
+		"synchronous_standby_names = 'nobody'",
+		"synchronous_commit = local"
+	]);
+
+sub psql_err
+{
+	my ($sql) = @_;
+	my ($rc, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return ($rc, $out, $err);
+}
+
+# the watchdog keeps a lock through a query three leases long
+my $s = $node->background_psql('postgres', on_error_stop => 0);
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:long')");
+my $t0 = time;
+$s->query_until(qr/sleeping/, "\\echo sleeping\nSELECT pg_sleep(4.5);\n");
+ok( RlockTest::wait_until(sub { time - $t0 > 3.2 }, 10)
+	  && $redis->cmd('EXISTS', 'ls:long') == 1,
+	'more than two leases into a long query the lock is still there');
+$s->query("SELECT 'slept'");
+is($s->query_safe('COMMIT'), '', 'and the commit succeeds');
+is($redis->cmd('EXISTS', 'ls:long'), 0, 'releasing it');
+
+# a session-scoped lock lost: the renewal finds it gone, rlock_held says so
+$s->query_safe("SELECT rlock_session_try('ls:session')");
+$redis->cmd('DEL', 'ls:session');
+ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'ls:session') == 0 }),
+	'someone removes a session lock');
+my $held;
+ok( RlockTest::wait_until(
+		sub {
+			$held = $s->query("SELECT rlock_held('ls:session')");
+			$held eq '0';
+		},
+		5),
+	'after the next renewal the session no longer counts it');
+like($s->{stderr}, qr/WARNING:  session-scoped lock "ls:session" was lost/,
+	'and warns about it');
+$s->{stderr} = '';
+ok(!RlockTest::wait_for_renewal($redis, 'ls:session', 1),
+	'the lost lock is not brought back by renewals');
+
+# a transaction-scoped lock removed from Redis: the commit fails with 40001
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:xact')");
+$redis->cmd('DEL', 'ls:xact');
+$s->query('\set VERBOSITY verbose');
+$s->query('COMMIT');
+like($s->{stderr},
+	qr/ERROR:  40001: lock "ls:xact" was lost before the transaction committed/,
+	'a lock removed while held fails the commit with 40001');
+$s->{stderr} = '';
+is($s->query_safe("SELECT rlock_held('ls:xact')"), '0',
+	'and the transaction rolled back');
+
+# an explicit lease that runs out before the commit: 40001 as well
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:short', '0', '300 ms')");
+ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'ls:short') == 0 }),
+	'an explicit lease runs out while the transaction runs');
+$s->query('COMMIT');
+like($s->{stderr}, qr/40001: lock "ls:short" was lost/,
+	'and the commit fails');
+$s->{stderr} = '';
+
+# without the check the commit goes through
+$s->query_safe('BEGIN');
+$s->query_safe('SET LOCAL rlock.verify_at_commit = off');
+$s->query_safe("SELECT rlock_try('ls:off')");
+$redis->cmd('DEL', 'ls:off');
+$s->query('COMMIT');
+is($s->{stderr}, '', 'with rlock.verify_at_commit off the commit succeeds');
+
+# a loss in a rolled-back savepoint does not fail the commit
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:kept')");
+$s->query_safe('SAVEPOINT a');
+$s->query_safe("SELECT rlock_try('ls:sub')");
+$redis->cmd('DEL', 'ls:sub');
+ok( RlockTest::wait_until(
+		sub { $s->query("SELECT rlock_held('ls:sub')") eq '0' }, 5),
+	'a loss inside a savepoint is noticed');
+like($s->{stderr}, qr/lock "ls:sub" was lost by the current transaction/,
+	'with a warning that the commit will fail');
+$s->{stderr} = '';
+$s->query_safe('ROLLBACK TO SAVEPOINT a');
+$s->query('COMMIT');
+is($s->{stderr}, '', 'rolling the savepoint back takes the loss with it');
+$s->quit;
+
+# the check before the commit extends a short lease to rlock.verify_margin;
+# seen while the commit waits for a synchronous standby that never comes
+my $h = $node->background_psql('postgres', on_error_stop => 0);
+my $hpid = $h->query_safe('SELECT pg_backend_pid()');
+$h->query_safe("SET synchronous_commit = on");
+$h->query_safe("SET rlock.verify_margin = '5s'");
+$h->query_safe('BEGIN');
+$h->query_safe("SELECT rlock_try('ls:margin', '0', '600 ms')");
+$h->query_safe('CREATE TEMP TABLE w (x int)');	# something to commit
+$h->query_until(qr/committing/, "\\echo committing\nCOMMIT;\n");
+ok( RlockTest::wait_until(
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT wait_event FROM pg_stat_activity WHERE pid = $hpid") eq
+			  'SyncRep';
+		}),
+	'a commit is held open after its check');
+my $pttl = $redis->cmd('PTTL', 'ls:margin');
+cmp_ok($pttl, '>', 3000, "the check extended the 600 ms lease to the margin ($pttl ms)");
+$node->safe_psql('postgres', "SELECT pg_cancel_backend($hpid)");
+$h->quit;
+ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'ls:margin') == 0 }),
+	'and the lock went with the commit');
+
+# Redis down at commit time: the commit fails with 08006
+$s = $node->background_psql('postgres', on_error_stop => 0);
+$s->query_safe('\set VERBOSITY verbose');
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:down')");
+$redis->stop;
+$s->query('COMMIT');
+like($s->{stderr}, qr/ERROR:  08006/, 'a commit that cannot be checked fails with 08006');
+$s->{stderr} = '';
+$redis->restart;
+ok(RlockTest::wait_for_redis($node, 5), 'Redis is back');
+
+# an explicit lease hands the lock to a waiter within milliseconds of its end
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:handover', '0', '1 s')");
+my $taken_at = time;
+my $w = $node->background_psql('postgres');
+$w->query_until(qr/waiting/,
+	"\\echo waiting\nSELECT rlock_try('ls:handover', '10 s');\n");
+like(scalar $w->query("SELECT 'next'"), qr/^t\n/, 'the waiter gets the lock');
+my $after = time - $taken_at;
+cmp_ok($after, '>=', 0.95, "not before the lease ended ($after s)");
+cmp_ok($after, '<', 1.3, "and right after it ($after s)");
+$w->quit;
+$s->query('ROLLBACK');
+$s->quit;
+
+# fencing tokens grow across rlock and a Redisson-style fenced client
+my $fenced = q{
+if redis.call('exists', KEYS[1]) == 0
+   or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return redis.call('incr', KEYS[2])
+end
+return -1
+};
+my @tokens;
+for my $i (1 .. 3)
+{
+	push @tokens,
+	  $node->safe_psql('postgres', "SELECT rlock_try_token('ls:fence')");
+	push @tokens,
+	  $redis->cmd('EVAL', $fenced, 2, 'ls:fence', 'redisson_lock_token:{ls:fence}',
+		30000, "java-client:$i");
+	$redis->cmd('DEL', 'ls:fence');
+}
+is_deeply(\@tokens, [ sort { $a <=> $b } @tokens ], "tokens only grow: @tokens");
+is(scalar(keys %{ { map { $_ => 1 } @tokens } }), 6, 'and never repeat');
+is($redis->cmd('GET', 'redisson_lock_token:{ls:fence}'), $tokens[-1],
+	'they come from redisson_lock_token:{ls:fence}');
+
+done_testing();
