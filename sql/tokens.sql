@@ -26,6 +26,18 @@ SELECT rlock_try('tok:plain');
 SELECT rlock_token('tok:plain') IS NULL AS plain_has_no_token;
 COMMIT;
 
+-- the token belongs to the hold that asked for it
+SELECT rlock_session_try('tok:mixed');
+SELECT rlock_session_try_token('tok:mixed') AS m1 \gset
+SELECT rlock_session_try('tok:mixed');
+SELECT rlock_token('tok:mixed') = :m1 AS newest_with_a_token;
+SELECT rlock_session_release('tok:mixed');
+SELECT rlock_token('tok:mixed') = :m1 AS still_held_with_it;
+SELECT rlock_session_release('tok:mixed');
+SELECT rlock_token('tok:mixed') IS NULL AS gone_with_its_hold;
+SELECT rlock_held('tok:mixed');
+SELECT rlock_session_release('tok:mixed');
+
 -- session scope, with a wait and a lease
 SELECT rlock_session_try_token('tok:s', '1 s', '1 min') AS s1 \gset
 SELECT rlock_token('tok:s') = :s1 AS session_token;

@@ -232,7 +232,9 @@ rlock_give(FunctionCallInfo fcinfo, bool session)
 	{
 		ereport(WARNING,
 				(errmsg("lock \"%s\" was no longer held in Redis", key.sql),
-				 errdetail("Its lease ran out or it was removed before this release.")));
+				 errdetail("Its lease ran out or it was removed before this release."),
+				 (!session && rlock_verify_at_commit) ?
+				 errhint("The transaction will fail at commit.") : 0));
 		return false;
 	}
 	rlock_report_status(status, key.sql, strlen(key.sql));

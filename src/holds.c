@@ -25,16 +25,18 @@
  *
  * Losses.  When the worker sees Redis without this session's holds on a
  * key (a renewal, release or check finds the field gone, or a re-entry
- * finds the lock free) it marks the shared entry; the session takes note
- * the next time it touches the key, or before committing.  The holds are
- * then dropped: a lost session-scoped hold is reported with a warning, a
- * lost transaction-scoped hold makes the commit fail with a serialization
- * failure (rlock.verify_at_commit), as the work it protected may have run
- * without the lock.  Before committing a transaction that holds
- * transaction-scoped locks, the session asks the worker to check all of
- * its holds in one round trip and to extend leases shorter than
- * rlock.verify_margin.  The callbacks are registered on first use and return at once while
- * the session holds nothing in transaction scope.
+ * finds the lock free or held by someone else) it marks the shared entry;
+ * the session takes note the next time it touches the key, or before
+ * committing.  The holds are then dropped: a lost session-scoped hold is
+ * reported with a warning, a lost transaction-scoped hold makes the commit
+ * (or PREPARE) fail with a serialization failure (rlock.verify_at_commit),
+ * as the work it protected may have run without the lock, unless the
+ * subtransaction it was taken in rolls back.  Before committing a
+ * transaction that holds transaction-scoped locks, the session asks the
+ * worker to check all of its holds in one round trip and to extend leases
+ * shorter than rlock.verify_margin.  The callbacks are registered on first
+ * use and return at once while the session holds nothing in transaction
+ * scope.
  *
  * A local entry whose holds are gone stays in the table, unpinned, until
  * the worker has freed the shared entry; taking the key again in between
@@ -60,12 +62,16 @@
 
 #include "rlock.h"
 
-/* Consecutive holds alike in scope, subtransaction and lease */
+/*
+ * Consecutive holds alike in scope, subtransaction and lease.  A hold taken
+ * with a fencing token gets a run of its own.
+ */
 typedef struct HoldRun
 {
 	bool		session;
 	SubTransactionId subid;		/* transaction scope: where it was taken */
 	int64		lease_ms;		/* 0 = the watchdog */
+	int64		token;			/* fencing token, 0 if none was asked for */
 	int32		count;
 } HoldRun;
 
@@ -77,8 +83,6 @@ typedef struct LocalHold
 	bool		pinned;
 	int32		session_count;
 	int32		xact_count;
-	int64		token;			/* fencing token of the newest hold that
-								 * asked for one, 0 if none */
 	int			nruns;
 	int			maxruns;
 	HoldRun    *runs;
@@ -92,11 +96,15 @@ static dlist_head idle_holds = DLIST_STATIC_INIT(idle_holds);
 static int	nidle = 0;
 
 /*
- * A transaction-scoped hold of the current transaction was lost: the key,
- * for the error at commit, and the subtransaction the hold was taken in
- * (if that one rolls back, so does the work the hold protected).
+ * A transaction-scoped hold of the current transaction was lost.  Of all
+ * such losses, the one whose holds began in the outermost subtransaction:
+ * if that one rolls back, so does all the work any lost hold protected;
+ * if not, the transaction must not commit.  The key points into the local
+ * entry, which stays until the transaction ends (entries are pruned only
+ * then), so recording a loss needs no memory.
  */
-static char *xact_lost_key = NULL;
+static const char *xact_lost_key = NULL;
+static int	xact_lost_keylen = 0;
 static SubTransactionId xact_lost_subid = InvalidSubTransactionId;
 
 /* Idle entries beyond this many are checked at transaction end */
@@ -177,7 +185,6 @@ rlock_local_enter(const char *key, int keylen)
 	lh->pinned = false;
 	lh->session_count = 0;
 	lh->xact_count = 0;
-	lh->token = 0;
 	lh->nruns = 0;
 	lh->maxruns = 0;
 	lh->runs = NULL;
@@ -246,7 +253,6 @@ rlock_local_unpin_if_unused(LocalHold *lh)
 	if (!lh->pinned || lh->session_count > 0 || lh->xact_count > 0)
 		return;
 	lh->pinned = false;
-	lh->token = 0;
 	rlock_hold_unpin(lh->hold);
 	dlist_push_tail(&idle_holds, &lh->idle_node);
 	nidle++;
@@ -310,11 +316,11 @@ rlock_local_reserve(LocalHold *lh)
 }
 
 /*
- * Record a granted hold.  Allocates nothing: rlock_local_reserve() made
- * room before the request.
+ * Record a granted hold, with its fencing token (0 if it asked for none).
+ * Allocates nothing: rlock_local_reserve() made room before the request.
  */
 static void
-rlock_local_add(LocalHold *lh, bool session, int64 lease_ms)
+rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
 {
 	SubTransactionId subid = session ? InvalidSubTransactionId :
 	GetCurrentSubTransactionId();
@@ -323,7 +329,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms)
 	bool		renew;
 
 	if (top != NULL && top->session == session && top->subid == subid &&
-		top->lease_ms == lease_ms)
+		top->lease_ms == lease_ms && top->token == 0 && token == 0)
 		top->count++;
 	else
 	{
@@ -332,6 +338,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms)
 		top->session = session;
 		top->subid = subid;
 		top->lease_ms = lease_ms;
+		top->token = token;
 		top->count = 1;
 	}
 
@@ -422,53 +429,109 @@ rlock_local_give_back(LocalHold *lh, int32 count)
 }
 
 /*
- * Take note of a loss the worker saw on this key since the session last
- * looked: Redis no longer has the session's holds on it.  They are dropped
- * and their release queued (which brings the worker's count down).  A lost
- * transaction-scoped hold is remembered for the check before the commit.
- * With warn, each lost scope is also reported with a warning.
+ * The subtransaction the outermost transaction-scoped hold of an entry was
+ * taken in, InvalidSubTransactionId if it has none.  The holds belong to
+ * subtransactions still open, which nest, and a child's id is larger than
+ * its parent's.
  */
-static void
-rlock_local_take_note(LocalHold *lh, bool warn)
+static SubTransactionId
+rlock_local_outer_subid(LocalHold *lh)
 {
 	SubTransactionId subid = InvalidSubTransactionId;
-	int32		nxact;
-	int32		nsession;
-	char	   *key;
 	int			i;
 
-	if (!lh->pinned || !rlock_hold_take_loss(lh->hold))
-		return;
-
-	for (i = lh->nruns - 1; i >= 0 && subid == InvalidSubTransactionId; i--)
+	for (i = 0; i < lh->nruns; i++)
 	{
-		if (!lh->runs[i].session)
+		if (!lh->runs[i].session &&
+			(subid == InvalidSubTransactionId || lh->runs[i].subid < subid))
 			subid = lh->runs[i].subid;
 	}
-	nxact = rlock_local_remove_holds(lh, false, InvalidSubTransactionId, 0);
-	nsession = rlock_local_remove_holds(lh, true, InvalidSubTransactionId, 0);
-	rlock_local_queue(lh, nxact + nsession);
-	if (nxact + nsession == 0)
-		return;
+	return subid;
+}
 
-	key = rlock_sql_key(lh->key.data, lh->key.len);
-	if (nxact > 0 && xact_lost_key == NULL)
-	{
-		xact_lost_key = MemoryContextStrdup(TopMemoryContext, key);
-		xact_lost_subid = subid;
-	}
-	if (!warn)
+/*
+ * Remember that transaction-scoped holds on an entry, the outermost taken
+ * in subtransaction "subid", were lost.  Only the outermost loss counts:
+ * every other one rolls back with it.  Allocates nothing.
+ */
+static void
+rlock_note_xact_loss(LocalHold *lh, SubTransactionId subid)
+{
+	if (xact_lost_key != NULL && xact_lost_subid <= subid)
 		return;
-	if (nsession > 0)
+	xact_lost_key = lh->key.data;
+	xact_lost_keylen = lh->key.len;
+	xact_lost_subid = subid;
+}
+
+/*
+ * If the worker found the session's holds on an entry gone since the
+ * session last looked, drop them all and remember a transaction-scoped
+ * loss for the check before commit.  Returns the number of holds dropped,
+ * whose release the caller queues.  Allocates nothing, never raises.
+ */
+static int32
+rlock_local_drop_lost(LocalHold *lh, int32 *nxact, int32 *nsession)
+{
+	SubTransactionId subid;
+
+	*nxact = 0;
+	*nsession = 0;
+	if (!lh->pinned || !rlock_hold_take_loss(lh->hold))
+		return 0;
+
+	subid = rlock_local_outer_subid(lh);
+	*nxact = rlock_local_remove_holds(lh, false, InvalidSubTransactionId, 0);
+	*nsession = rlock_local_remove_holds(lh, true, InvalidSubTransactionId, 0);
+	if (*nxact > 0)
+		rlock_note_xact_loss(lh, subid);
+	return *nxact + *nsession;
+}
+
+/*
+ * Warn about the holds rlock_local_drop_lost() dropped, for each scope the
+ * caller does not report itself.
+ */
+static void
+rlock_local_warn_lost(LocalHold *lh, int32 nxact, int32 nsession,
+					  bool warn_session, bool warn_xact)
+{
+	char	   *key;
+
+	if (!(warn_session && nsession > 0) && !(warn_xact && nxact > 0))
+		return;
+	key = rlock_sql_key(lh->key.data, lh->key.len);
+	if (warn_session && nsession > 0)
 		ereport(WARNING,
 				(errmsg("session-scoped lock \"%s\" was lost", key),
 				 errdetail("Its lease ran out, or it was removed from Redis, while this session held it.")));
-	if (nxact > 0)
+	if (warn_xact && nxact > 0)
 		ereport(WARNING,
 				(errmsg("lock \"%s\" was lost by the current transaction", key),
 				 errdetail("Its lease ran out, or it was removed from Redis, while this transaction held it."),
 				 rlock_verify_at_commit ?
 				 errhint("The transaction will fail at commit.") : 0));
+	pfree(key);
+}
+
+/*
+ * Take note of a loss the worker saw on this key since the session last
+ * looked: drop the holds, hand their release to the worker (which brings
+ * its count down), and warn about the scopes asked for.
+ */
+static void
+rlock_local_take_note(LocalHold *lh, bool warn_session, bool warn_xact)
+{
+	int32		nxact;
+	int32		nsession;
+	int32		n;
+
+	n = rlock_local_drop_lost(lh, &nxact, &nsession);
+	if (n == 0)
+		return;
+	rlock_local_queue(lh, n);
+	rlock_wake_worker();
+	rlock_local_warn_lost(lh, nxact, nsession, warn_session, warn_xact);
 }
 
 /*
@@ -526,15 +589,32 @@ rlock_acquire(const char *key, int keylen, bool session,
 
 	if (status == RLOCK_STATUS_OK)
 	{
-		/* a re-entry that found the lock free means the older holds were lost */
-		rlock_local_take_note(lh, true);
-		rlock_local_add(lh, session, lease_ms);
-		if (want_token)
-			lh->token = value;
+		int32		nxact;
+		int32		nsession;
+		int32		dropped;
+
+		/*
+		 * A re-entry that found the lock free means the older holds were
+		 * lost.  Record the grant before anything that can fail, and queue
+		 * the release of the dropped holds after it, so that the release
+		 * carries the new hold's lease.
+		 */
+		dropped = rlock_local_drop_lost(lh, &nxact, &nsession);
+		rlock_local_add(lh, session, lease_ms, want_token ? value : 0);
 		*token = value;
+		if (dropped > 0)
+		{
+			rlock_local_queue(lh, dropped);
+			rlock_wake_worker();
+			rlock_local_warn_lost(lh, nxact, nsession, true, true);
+		}
 	}
 	else
+	{
+		/* a re-entry may have found someone else holding the lock */
+		rlock_local_take_note(lh, true, true);
 		rlock_local_unpin_if_unused(lh);
+	}
 	return status;
 }
 
@@ -549,8 +629,10 @@ RlockStatus
 rlock_release_one(const char *key, int keylen, bool session, bool *found)
 {
 	LocalHold  *volatile lh = rlock_local_find(key, keylen);
+	volatile SubTransactionId subid;
 	RlockStatus status;
 	int64		value;
+	bool		missing;
 
 	*found = (lh != NULL &&
 			  (session ? lh->session_count : lh->xact_count) > 0);
@@ -558,6 +640,7 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 		return RLOCK_STATUS_NONE;
 
 	/* the entry stays pinned until the worker has answered about it */
+	subid = session ? InvalidSubTransactionId : rlock_local_outer_subid(lh);
 	rlock_local_queue(lh, rlock_local_remove_holds(lh, session,
 												   InvalidSubTransactionId, 1));
 	PG_TRY();
@@ -571,8 +654,15 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	/* the caller warns about this hold; the others went with it */
-	rlock_local_take_note(lh, status != RLOCK_STATUS_NOT_HELD);
+
+	/*
+	 * Redis did not have the hold: all holds on the key were lost, the one
+	 * released included.  The caller warns about its scope.
+	 */
+	missing = (status == RLOCK_STATUS_NOT_HELD);
+	if (missing && !session)
+		rlock_note_xact_loss(lh, subid);
+	rlock_local_take_note(lh, !(missing && session), !(missing && !session));
 	rlock_local_unpin_if_unused(lh);
 	return status;
 }
@@ -623,32 +713,39 @@ rlock_held_count(const char *key, int keylen)
 
 	if (lh == NULL)
 		return 0;
-	rlock_local_take_note(lh, true);
+	rlock_local_take_note(lh, true, true);
 	rlock_local_unpin_if_unused(lh);
 	return lh->session_count + lh->xact_count;
 }
 
 /*
- * The fencing token of this session's holds on a key, 0 if it holds none
- * or took them without a token.
+ * The fencing token of this session's newest hold on a key that asked for
+ * one; 0 if no hold did.
  */
 int64
 rlock_held_token(const char *key, int keylen)
 {
 	LocalHold  *lh = rlock_local_find(key, keylen);
+	int			i;
 
 	if (lh == NULL)
 		return 0;
-	rlock_local_take_note(lh, true);
+	rlock_local_take_note(lh, true, true);
 	rlock_local_unpin_if_unused(lh);
-	return lh->token;
+	for (i = lh->nruns - 1; i >= 0; i--)
+	{
+		if (lh->runs[i].token != 0)
+			return lh->runs[i].token;
+	}
+	return 0;
 }
 
 /*
- * PRE_COMMIT: before a transaction that holds transaction-scoped locks
- * commits, check them all in one round trip (extending short leases to
- * rlock.verify_margin), and refuse the commit if one was lost.  Raising
- * here is allowed: the transaction aborts and its holds are released.
+ * PRE_COMMIT, PRE_PREPARE: before a transaction that holds
+ * transaction-scoped locks commits, check them all in one round trip
+ * (extending short leases to rlock.verify_margin), and refuse the commit
+ * if one was lost, now or earlier in the transaction.  Raising here is
+ * allowed: the transaction aborts and its holds are released.
  */
 static void
 rlock_verify_before_commit(void)
@@ -671,15 +768,16 @@ rlock_verify_before_commit(void)
 		{
 			LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
 
-			rlock_local_take_note(lh, false);
+			/* the error below reports the transaction's loss */
+			rlock_local_take_note(lh, true, false);
+			rlock_local_unpin_if_unused(lh);
 		}
 	}
-	/* lost now, or noted earlier in the transaction */
 	if (xact_lost_key != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("lock \"%s\" was lost before the transaction committed",
-						xact_lost_key),
+						rlock_sql_key(xact_lost_key, xact_lost_keylen)),
 				 errdetail("Its lease ran out, or it was removed from Redis, while the transaction held it."),
 				 errhint("Retry the transaction.  A lease longer than the work, or the watchdog (no lease), keeps the lock.")));
 }
@@ -690,9 +788,8 @@ rlock_verify_before_commit(void)
 static void
 rlock_forget_xact_loss(void)
 {
-	if (xact_lost_key != NULL)
-		pfree(xact_lost_key);
 	xact_lost_key = NULL;
+	xact_lost_keylen = 0;
 	xact_lost_subid = InvalidSubTransactionId;
 }
 
@@ -733,12 +830,15 @@ rlock_xact_callback(XactEvent event, void *arg)
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						 errmsg("cannot PREPARE a transaction that holds transaction-scoped rlocks"),
 						 errhint("Release them first, or take session-scoped locks with rlock_session_lock().")));
+			/* a lock released earlier may have been lost while held */
+			rlock_verify_before_commit();
 			break;
 		case XACT_EVENT_PRE_COMMIT:
 			rlock_verify_before_commit();
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			rlock_forget_xact_loss();
@@ -762,7 +862,8 @@ rlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	switch (event)
 	{
 		case SUBXACT_EVENT_ABORT_SUB:
-			if (xact_lost_subid == mySubid)
+			/* the outermost loss was inside: every loss rolls back */
+			if (xact_lost_key != NULL && xact_lost_subid >= mySubid)
 				rlock_forget_xact_loss();
 			rlock_abandon_request();
 			if (!dlist_is_empty(&xact_holds))

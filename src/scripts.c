@@ -33,22 +33,28 @@
  * caller asks for a token; ARGV[1] lease in ms, ARGV[2] owner, ARGV[3] hold
  * count to leave.  Takes the lock when it is free or already ours, setting
  * the count and resetting the lease, and counts a token (Redisson's fenced
- * lock counts one on every acquisition, re-entry included).  Returns
- * {1, token} when taken; {2, token} when taken although the owner expected
- * to hold it already and did not (its earlier holds were lost); {0, ttl}
- * when someone else holds it, ttl being the key's remaining time to live in
- * ms (-1 when it has no expiry), which bounds how long a waiter sleeps.
+ * lock counts one on every acquisition, re-entry included).  The token is
+ * counted first: Redis does not undo a script's writes when a later
+ * command fails, and a counter that cannot be incremented must not leave a
+ * lock behind.  Returns {1, token} when taken; {2, token} when taken
+ * although the owner expected to hold it already and did not (its earlier
+ * holds were lost); {0, ttl} when someone else holds it, ttl being the
+ * key's remaining time to live in ms (-1 when it has no expiry), which
+ * bounds how long a waiter sleeps; {3, ttl} when someone else holds it
+ * although the owner expected to hold it already.
  */
 static const char acquire_script[] =
 "local held = redis.call('hexists', KEYS[1], ARGV[2]) == 1 "
+"local reentry = tonumber(ARGV[3]) > 1 "
 "if held or redis.call('exists', KEYS[1]) == 0 then "
-"redis.call('hset', KEYS[1], ARGV[2], ARGV[3]) "
-"redis.call('pexpire', KEYS[1], ARGV[1]) "
 "local token = 0 "
 "if #KEYS > 1 then token = redis.call('incr', KEYS[2]) end "
-"if not held and tonumber(ARGV[3]) > 1 then return {2, token} end "
+"redis.call('hset', KEYS[1], ARGV[2], ARGV[3]) "
+"redis.call('pexpire', KEYS[1], ARGV[1]) "
+"if reentry and not held then return {2, token} end "
 "return {1, token} "
 "end "
+"if reentry then return {3, redis.call('pttl', KEYS[1])} end "
 "return {0, redis.call('pttl', KEYS[1])}";
 
 /*
@@ -174,4 +180,27 @@ bool
 rlock_script_missing(const char *error)
 {
 	return strncmp(error, "NOSCRIPT", 8) == 0;
+}
+
+/*
+ * Did Redis refuse a script before it could write anything?  True for a
+ * missing script and for the refusals of a server that cannot take writes
+ * now; false for errors raised while the script ran, after which its
+ * writes so far stay.
+ */
+bool
+rlock_script_refused(const char *error)
+{
+	static const char *const refusals[] = {
+		"NOSCRIPT", "OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN",
+		"NOREPLICAS", "MISCONF"
+	};
+	int			i;
+
+	for (i = 0; i < lengthof(refusals); i++)
+	{
+		if (strncmp(error, refusals[i], strlen(refusals[i])) == 0)
+			return true;
+	}
+	return false;
 }

@@ -875,7 +875,10 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 
 /*
  * The reply of the acquire script: {1, token} granted, {2, token} granted
- * although the owner's earlier holds were gone, {0, ttl} busy.
+ * although the owner's earlier holds were gone, {0, ttl} busy, {3, ttl}
+ * busy and the owner's earlier holds gone.  A lost reply, or an error
+ * raised while the script ran, leaves Redis in doubt: the entry's count is
+ * sent again.
  */
 static void
 worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
@@ -903,9 +906,11 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 	h->acquiring = false;
 	if (granted)
 		h->count = cmd->target;
-	if (status == 2)
+	if (status == 2 || status == 3)
 		h->lost = true;
-	else if (reply == NULL)
+	else if (!well_formed &&
+			 !(reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+			   rlock_script_refused(reply->str)))
 		h->resync = true;		/* it may have run: restore our count */
 	SpinLockRelease(&h->mutex);
 	worker_requeue_hold(cmd->hold);
@@ -929,7 +934,7 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 			rlock_queue_release(cmd->hold, 1, -1, false);
 		worker_forget(req);
 	}
-	else if (status == 0)
+	else if (status == 0 || status == 3)
 		worker_acquire_busy(req, value);
 	else if (reply->type == REDIS_REPLY_ERROR &&
 			 rlock_script_missing(reply->str) &&
