@@ -650,6 +650,12 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 	}
 	PG_CATCH();
 	{
+		/*
+		 * Whether Redis still had the hold is unknown; its loss would be
+		 * recorded nowhere else, so count it as lost.
+		 */
+		if (!session)
+			rlock_note_xact_loss(lh, subid);
 		rlock_local_unpin_if_unused(lh);
 		PG_RE_THROW();
 	}
@@ -657,10 +663,11 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 
 	/*
 	 * Redis did not have the hold: all holds on the key were lost, the one
-	 * released included.  The caller warns about its scope.
+	 * released included.  The caller warns about its scope (and reports
+	 * an error status, which leaves the same doubt as an interruption).
 	 */
 	missing = (status == RLOCK_STATUS_NOT_HELD);
-	if (missing && !session)
+	if (!session && status != RLOCK_STATUS_OK)
 		rlock_note_xact_loss(lh, subid);
 	rlock_local_take_note(lh, !(missing && session), !(missing && !session));
 	rlock_local_unpin_if_unused(lh);

@@ -388,7 +388,6 @@ typedef enum RlockScript
 extern void rlock_scripts_load(RlockConn *conn);
 extern bool rlock_script_loaded(int index, const char *sha, int len);
 extern bool rlock_script_missing(const char *error);
-extern bool rlock_script_refused(const char *error);
 extern const char *rlock_script_sha(RlockScript script);
 
 /* worker.c */

@@ -36,7 +36,9 @@
  * lock counts one on every acquisition, re-entry included).  The token is
  * counted first: Redis does not undo a script's writes when a later
  * command fails, and a counter that cannot be incremented must not leave a
- * lock behind.  Returns {1, token} when taken; {2, token} when taken
+ * lock behind.  After that first write nothing can fail (the reads before
+ * it raise WRONGTYPE, and Redis refuses a script for lack of memory only
+ * at its first write).  Returns {1, token} when taken; {2, token} when taken
  * although the owner expected to hold it already and did not (its earlier
  * holds were lost); {0, ttl} when someone else holds it, ttl being the
  * key's remaining time to live in ms (-1 when it has no expiry), which
@@ -182,25 +184,3 @@ rlock_script_missing(const char *error)
 	return strncmp(error, "NOSCRIPT", 8) == 0;
 }
 
-/*
- * Did Redis refuse a script before it could write anything?  True for a
- * missing script and for the refusals of a server that cannot take writes
- * now; false for errors raised while the script ran, after which its
- * writes so far stay.
- */
-bool
-rlock_script_refused(const char *error)
-{
-	static const char *const refusals[] = {
-		"NOSCRIPT", "OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN",
-		"NOREPLICAS", "MISCONF"
-	};
-	int			i;
-
-	for (i = 0; i < lengthof(refusals); i++)
-	{
-		if (strncmp(error, refusals[i], strlen(refusals[i])) == 0)
-			return true;
-	}
-	return false;
-}

@@ -876,9 +876,9 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 /*
  * The reply of the acquire script: {1, token} granted, {2, token} granted
  * although the owner's earlier holds were gone, {0, ttl} busy, {3, ttl}
- * busy and the owner's earlier holds gone.  A lost reply, or an error
- * raised while the script ran, leaves Redis in doubt: the entry's count is
- * sent again.
+ * busy and the owner's earlier holds gone.  A lost reply leaves Redis in
+ * doubt: the entry's count is sent again.  An error reply needs no such
+ * care: the script fails, if at all, before its first write.
  */
 static void
 worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
@@ -908,9 +908,7 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 		h->count = cmd->target;
 	if (status == 2 || status == 3)
 		h->lost = true;
-	else if (!well_formed &&
-			 !(reply != NULL && reply->type == REDIS_REPLY_ERROR &&
-			   rlock_script_refused(reply->str)))
+	else if (reply == NULL)
 		h->resync = true;		/* it may have run: restore our count */
 	SpinLockRelease(&h->mutex);
 	worker_requeue_hold(cmd->hold);

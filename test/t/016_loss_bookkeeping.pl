@@ -3,10 +3,11 @@
 # same place.  A lost transaction-scoped hold fails COMMIT and PREPARE
 # unless the outermost subtransaction that held it rolls back; the loss
 # goes with its transaction and never leaks into the next one; a failed
-# commit leaves no shared entry behind; a re-entry that finds someone else
-# holding the lock drops the lost holds; a fencing token belongs to the
-# hold that asked for it; a token counter Redis cannot increment leaves no
-# lock behind.
+# commit leaves no shared entry behind, nor does an acquire Redis refuses;
+# a release interrupted before Redis answered counts as a loss; a re-entry
+# that finds someone else holding the lock drops the lost holds; a fencing
+# token belongs to the hold that asked for it; a token counter Redis
+# cannot increment leaves no lock behind.
 
 use strict;
 use warnings;
@@ -132,6 +133,41 @@ like($err, qr/WARNING:  01000: session-scoped lock "lb:check" was lost/,
 	'and reports the session-scoped hold on the same key');
 is($s->query("SELECT rlock_held('lb:check')"), '0', 'which is gone');
 
+# a release interrupted before Redis answered, the error caught: whether
+# the lock was still there is unknown, so the commit is refused
+run('BEGIN');
+run("SELECT rlock_try('lb:cancel', '0', '1 min')");
+run('INSERT INTO work VALUES (7)');
+$redis->cmd('DEL', 'lb:cancel');
+$redis->freeze;
+my $s_pid = $s->query_safe('SELECT pg_backend_pid()');
+$s->{stderr} = '';
+$s->query_until(qr/releasing/, q{\echo releasing
+DO $$
+BEGIN
+	PERFORM rlock_release('lb:cancel');
+EXCEPTION WHEN query_canceled THEN
+	RAISE NOTICE 'release cancelled';
+END $$;
+});
+my $canceller = $node->background_psql('postgres');
+ok( RlockTest::wait_until(
+		sub {
+			$canceller->query_safe(
+				"SELECT count(*) FROM pg_stat_activity WHERE pid = $s_pid AND wait_event_type = 'Extension'"
+			) eq '1';
+		},
+		5),
+	'a release waits for a stopped Redis');
+$canceller->query_safe("SELECT pg_cancel_backend($s_pid)");
+$canceller->quit;
+$s->query('SELECT 1');
+like($s->{stderr}, qr/release cancelled/, 'it is cancelled and the error caught');
+$redis->thaw;
+like(run('COMMIT'), lost_at_commit('lb:cancel'),
+	'the commit is refused, the lock being possibly lost');
+is(rows(), '0', 'nothing committed');
+
 # -- PREPARE TRANSACTION -------------------------------------------------
 
 run('BEGIN');
@@ -179,6 +215,18 @@ ok( RlockTest::wait_until(
 	'and another session still finds an entry in a table of 24');
 $other->query_safe("SELECT rlock_session_release('lb:after')");
 $other->quit;
+
+# acquires Redis refuses (here a user not allowed the keys) use up nothing
+$redis->cmd('ACL', 'SETUSER', 'default', 'resetkeys', '~lb:*', '~redisson*');
+my $refused = 0;
+for my $i (1 .. 40)
+{
+	$refused++ if run("SELECT rlock_try('denied:$i')") =~ /ERROR:  58000/;
+}
+is($refused, 40, 'forty acquires refused by an ACL are errors (58000)');
+is($s->query("SELECT rlock_try('lb:allowed')"), 't',
+	'and an allowed key still finds an entry in a table of 24');
+$redis->cmd('ACL', 'SETUSER', 'default', 'allkeys');
 
 # -- a re-entry that finds someone else holding the lock -------------------
 
