@@ -70,7 +70,7 @@ typedef struct RlockServer
 	int			database;
 	char	   *username;
 	char	   *password_file;
-	char		address[NI_MAXHOST + 16];	/* for messages */
+	char		address[RLOCK_ADDRESS_LEN];	/* for messages */
 
 	/* resolution of a host name that is not a numeric address */
 	bool		resolving;
@@ -89,6 +89,16 @@ RlockServer *rlock_server = NULL;
 
 static WaitEventSet *wait_set = NULL;
 static bool wait_set_stale = true;
+
+/* Send a PING on the idle command connection (rlock_conn_keepalive) */
+static bool keepalive = false;
+
+/* What rlock_status() shows, and whether it changed since published */
+static bool status_dirty = true;
+static char redis_version[32];
+static char redis_role[16];
+static char last_error[RLOCK_DETAIL_LEN];
+static TimestampTz last_error_at = 0;
 
 static void rlock_conn_start(RlockConn *conn, TimestampTz now);
 static void rlock_conn_closed(RlockConn *conn);
@@ -227,6 +237,7 @@ rlock_conn_setup(RlockConn *conn, RlockServer *srv, const char *role,
 	conn->subscriber = subscriber;
 	conn->server = srv;
 	conn->state = RLOCK_CONN_DOWN;
+	conn->since = GetCurrentTimestamp();
 	conn->pos = -1;
 	rlock_conn_start_over(conn);
 	dlist_init(&conn->inflight);
@@ -269,6 +280,7 @@ rlock_conn_reload(void)
 	pfree(srv->username);
 	pfree(srv->password_file);
 	rlock_server_configure(srv);
+	rlock_status_touch();
 	rlock_conn_start_over(&srv->cmd);
 	rlock_conn_start_over(&srv->sub);
 }
@@ -414,6 +426,56 @@ static void
 rlock_conn_set_error(RlockConn *conn, const char *msg)
 {
 	strlcpy(conn->error, msg, sizeof(conn->error));
+	rlock_status_error(msg);
+}
+
+/*
+ * Remember an error for rlock_status(): a connection failure or an error
+ * reply from Redis.
+ */
+void
+rlock_status_error(const char *msg)
+{
+	strlcpy(last_error, msg, sizeof(last_error));
+	last_error_at = GetCurrentTimestamp();
+	status_dirty = true;
+}
+
+/*
+ * Something rlock_status() shows changed: publish at the end of the pass.
+ */
+void
+rlock_status_touch(void)
+{
+	status_dirty = true;
+}
+
+/*
+ * Copy the state of the connections into shared memory, if it changed.
+ */
+void
+rlock_status_publish(void)
+{
+	RlockWorkerStatus *st = &rlock_shared->status;
+
+	if (!status_dirty &&
+		st->cmd_state == (int) rlock_server->cmd.state &&
+		st->sub_state == (int) rlock_server->sub.state)
+		return;
+	status_dirty = false;
+
+	rlock_status_begin_write();
+	st->cmd_state = rlock_server->cmd.state;
+	st->sub_state = rlock_server->sub.state;
+	st->cmd_since = rlock_server->cmd.since;
+	st->sub_since = rlock_server->sub.since;
+	strlcpy(st->address, rlock_server->address, sizeof(st->address));
+	strlcpy(st->redis_version, redis_version, sizeof(st->redis_version));
+	strlcpy(st->redis_role, redis_role, sizeof(st->redis_role));
+	strlcpy(st->last_error, last_error, sizeof(st->last_error));
+	st->last_error_at = last_error_at;
+	st->channels = rlock_waiters_channels();
+	rlock_status_end_write();
 }
 
 /*
@@ -428,6 +490,8 @@ rlock_conn_closed(RlockConn *conn)
 	TimestampTz now = GetCurrentTimestamp();
 
 	conn->state = RLOCK_CONN_DOWN;
+	if (was_ready)
+		conn->since = now;		/* an outage begins */
 	conn->handshake = 0;
 	conn->failed = false;
 
@@ -588,6 +652,59 @@ rlock_on_disconnect(const redisAsyncContext *ac, int status)
 }
 
 /*
+ * Ask the server for its version and role, for rlock_status().  An ACL may
+ * refuse either: they are then shown as unknown.
+ */
+static void
+rlock_conn_ask_server(RlockConn *conn)
+{
+	const char *info[2] = {"INFO", "server"};
+	const char *role[1] = {"ROLE"};
+	size_t		info_lens[2] = {4, 6};
+	size_t		role_lens[1] = {4};
+	RlockCmd   *cmd;
+
+	redis_version[0] = '\0';
+	redis_role[0] = '\0';
+	cmd = rlock_cmd_new(RLOCK_CMD_SERVER_INFO);
+	cmd->index = 0;
+	(void) rlock_conn_send(conn, cmd, 2, info, info_lens);
+	cmd = rlock_cmd_new(RLOCK_CMD_SERVER_INFO);
+	cmd->index = 1;
+	(void) rlock_conn_send(conn, cmd, 1, role, role_lens);
+}
+
+/*
+ * The answer to INFO server (the redis_version line) or to ROLE (an array
+ * whose first element names the role).
+ */
+static void
+rlock_server_info_reply(RlockCmd *cmd, redisReply *reply)
+{
+	if (reply == NULL)
+		return;
+	if (cmd->index == 0 && (reply->type == REDIS_REPLY_STRING ||
+							reply->type == REDIS_REPLY_STATUS))
+	{
+		const char *line = strstr(reply->str, "redis_version:");
+
+		if (line != NULL)
+		{
+			int			len;
+
+			line += strlen("redis_version:");
+			len = strcspn(line, "\r\n");
+			snprintf(redis_version, sizeof(redis_version), "%.*s", len, line);
+		}
+	}
+	else if (cmd->index == 1 && reply->type == REDIS_REPLY_ARRAY &&
+			 reply->elements > 0 &&
+			 reply->element[0]->type == REDIS_REPLY_STRING)
+		strlcpy(redis_role, reply->element[0]->str, sizeof(redis_role));
+	status_dirty = true;
+}
+
+/*
  * A handshake reply.  Errors fail the connection, except for CLIENT
  * SETNAME.  The last one makes the connection READY.
  */
@@ -615,8 +732,14 @@ rlock_handshake_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
 		conn->state == RLOCK_CONN_HANDSHAKE)
 	{
 		conn->state = RLOCK_CONN_READY;
-		conn->ready_at = GetCurrentTimestamp();
+		conn->ready_at = conn->since = GetCurrentTimestamp();
+		status_dirty = true;
 		conn->error[0] = '\0';
+		if (conn->ever_ready)
+			rlock_count(RLOCK_STAT_RECONNECTS, 1);
+		conn->ever_ready = true;
+		if (!conn->subscriber)
+			rlock_conn_ask_server(conn);
 		if (!conn->ready_logged)
 		{
 			ereport(LOG,
@@ -636,12 +759,33 @@ rlock_cmd_callback(redisAsyncContext *ac, void *r, void *privdata)
 {
 	RlockConn  *conn = (RlockConn *) ac->data;
 	RlockCmd   *cmd = (RlockCmd *) privdata;
+	redisReply *reply = (redisReply *) r;
 
 	dlist_delete(&cmd->node);
-	if (cmd->type == RLOCK_CMD_HANDSHAKE || cmd->type == RLOCK_CMD_SCRIPT_LOAD)
-		rlock_handshake_reply(conn, cmd, (redisReply *) r);
-	else
-		rlock_worker_reply(conn, cmd, r);
+	if (reply != NULL && reply->type == REDIS_REPLY_ERROR &&
+		cmd->type != RLOCK_CMD_SERVER_INFO)
+	{
+		rlock_count(RLOCK_STAT_REDIS_ERRORS, 1);
+		rlock_status_error(reply->str);
+	}
+	switch (cmd->type)
+	{
+		case RLOCK_CMD_HANDSHAKE:
+		case RLOCK_CMD_SCRIPT_LOAD:
+			rlock_handshake_reply(conn, cmd, reply);
+			break;
+		case RLOCK_CMD_SERVER_INFO:
+			rlock_server_info_reply(cmd, reply);
+			break;
+		case RLOCK_CMD_PING:
+			break;
+		default:
+			if (reply != NULL)
+				rlock_latency(RLOCK_LATENCY_ROUND_TRIP,
+							  GetCurrentTimestamp() - cmd->sent_at);
+			rlock_worker_reply(conn, cmd, r);
+			break;
+	}
 	rlock_cmd_free(cmd);
 }
 
@@ -684,6 +828,11 @@ rlock_sub_callback(redisAsyncContext *ac, void *r, void *privdata)
 		return;
 	}
 	cmd = dlist_container(RlockCmd, node, dlist_pop_head_node(&conn->inflight));
+	if (reply->type == REDIS_REPLY_ERROR)
+	{
+		rlock_count(RLOCK_STAT_REDIS_ERRORS, 1);
+		rlock_status_error(reply->str);
+	}
 	if (cmd->type == RLOCK_CMD_HANDSHAKE)
 		rlock_handshake_reply(conn, cmd, reply);
 	else
@@ -719,6 +868,7 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, int argc, const char **argv,
 		return false;
 	}
 	cmd->sent_at = GetCurrentTimestamp();
+	conn->last_sent_at = cmd->sent_at;
 	dlist_push_tail(&conn->inflight, &cmd->node);
 	if (cmd->type == RLOCK_CMD_HANDSHAKE || cmd->type == RLOCK_CMD_SCRIPT_LOAD)
 		conn->handshake++;
@@ -790,8 +940,42 @@ rlock_conn_start(RlockConn *conn, TimestampTz now)
 }
 
 /*
+ * With keepalive on, the command connection is never idle for longer than
+ * this: a PING goes out, and a server that stopped answering is found by
+ * the command deadline even when nothing else is sent (waiters sleeping
+ * on a long TTL, say).
+ */
+static TimestampTz
+rlock_conn_keepalive_at(RlockConn *conn)
+{
+	int			interval = Max(Min(1000, rlock_command_timeout / 2), 10);
+
+	return TimestampTzPlusMilliseconds(conn->last_sent_at, interval);
+}
+
+static void
+rlock_conn_ping(RlockConn *conn)
+{
+	const char *argv[1] = {"PING"};
+	size_t		lens[1] = {4};
+
+	(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_PING), 1, argv, lens);
+}
+
+/*
+ * Keep the command connection checked while "on" (the worker has waiting
+ * requests).
+ */
+void
+rlock_conn_keepalive(bool on)
+{
+	keepalive = on;
+}
+
+/*
  * Advance one connection's life cycle: start attempts when due, enforce
- * the connect and command deadlines, drop connections found failed.
+ * the connect and command deadlines, drop connections found failed, and
+ * check an idle command connection when asked to.
  */
 static void
 rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
@@ -855,8 +1039,20 @@ rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
 							 "no answer within rlock.command_timeout (%d ms)",
 							 rlock_command_timeout);
 					rlock_conn_drop(conn, msg);
+
+					/*
+					 * A server that does not answer commands is not to be
+					 * trusted with unlock messages either: subscribe anew
+					 * once it answers again.
+					 */
+					if (!conn->subscriber)
+						rlock_conn_drop(&srv->sub,
+										"the command connection stopped getting answers");
 				}
 			}
+			else if (keepalive && !conn->subscriber &&
+					 now >= rlock_conn_keepalive_at(conn))
+				rlock_conn_ping(conn);
 			break;
 	}
 }
@@ -883,6 +1079,8 @@ rlock_conn_next_tick_one(RlockConn *conn)
 			if (!dlist_is_empty(&conn->inflight))
 				return TimestampTzPlusMilliseconds(dlist_head_element(RlockCmd, node, &conn->inflight)->sent_at,
 												   rlock_command_timeout);
+			if (keepalive && !conn->subscriber)
+				return rlock_conn_keepalive_at(conn);
 			break;
 	}
 	return DT_NOEND;

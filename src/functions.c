@@ -49,7 +49,7 @@ typedef struct RlockKey
 	int			len;			/* length of redis */
 } RlockKey;
 
-static void
+void
 rlock_check_loaded(void)
 {
 	if (rlock_shared == NULL)

@@ -83,6 +83,7 @@ typedef struct LocalHold
 	bool		pinned;
 	int32		session_count;
 	int32		xact_count;
+	TimestampTz acquired_at;	/* when the current holds began */
 	int			nruns;
 	int			maxruns;
 	HoldRun    *runs;
@@ -185,6 +186,7 @@ rlock_local_enter(const char *key, int keylen)
 	lh->pinned = false;
 	lh->session_count = 0;
 	lh->xact_count = 0;
+	lh->acquired_at = 0;
 	lh->nruns = 0;
 	lh->maxruns = 0;
 	lh->runs = NULL;
@@ -316,6 +318,33 @@ rlock_local_reserve(LocalHold *lh)
 }
 
 /*
+ * The fencing token of the newest hold that asked for one, 0 if none did.
+ */
+static int64
+rlock_local_token(LocalHold *lh)
+{
+	int			i;
+
+	for (i = lh->nruns - 1; i >= 0; i--)
+	{
+		if (lh->runs[i].token != 0)
+			return lh->runs[i].token;
+	}
+	return 0;
+}
+
+/*
+ * Show the entry's holds in rlock_locks.  Never raises.
+ */
+static void
+rlock_local_publish(LocalHold *lh)
+{
+	if (lh->pinned)
+		rlock_hold_publish(lh->hold, lh->session_count, lh->xact_count,
+						   rlock_local_token(lh), lh->acquired_at);
+}
+
+/*
  * Record a granted hold, with its fencing token (0 if it asked for none).
  * Allocates nothing: rlock_local_reserve() made room before the request.
  */
@@ -328,6 +357,8 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
 	int64		lease;
 	bool		renew;
 
+	if (lh->session_count + lh->xact_count == 0)
+		lh->acquired_at = GetCurrentTimestamp();
 	if (top != NULL && top->session == session && top->subid == subid &&
 		top->lease_ms == lease_ms && top->token == 0 && token == 0)
 		top->count++;
@@ -353,6 +384,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
 
 	rlock_local_describe(lh, &lease, &renew);
 	rlock_hold_describe(lh->hold, lease, renew);
+	rlock_local_publish(lh);
 }
 
 /*
@@ -399,6 +431,8 @@ rlock_local_remove_holds(LocalHold *lh, bool session, SubTransactionId subid,
 		if (lh->xact_count == 0)
 			dlist_delete(&lh->xact_node);
 	}
+	if (removed > 0)
+		rlock_local_publish(lh);
 	return removed;
 }
 
@@ -424,6 +458,8 @@ rlock_local_queue(LocalHold *lh, int32 count)
 static void
 rlock_local_give_back(LocalHold *lh, int32 count)
 {
+	if (count > 0)
+		rlock_count(RLOCK_STAT_RELEASED, count);
 	rlock_local_queue(lh, count);
 	rlock_local_unpin_if_unused(lh);
 }
@@ -539,14 +575,15 @@ rlock_local_take_note(LocalHold *lh, bool warn_session, bool warn_xact)
  * lh NULL) and wait for the answer.
  */
 static RlockStatus
-rlock_hold_request(RlockOp op, LocalHold *lh, TimestampTz wait_until,
-				   int64 lease_ms, bool use_lock_timeout, bool want_token,
-				   int64 *value)
+rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
+				   TimestampTz wait_until, int64 lease_ms,
+				   bool use_lock_timeout, bool want_token, int64 *value)
 {
 	RlockRequest req;
 
 	memset(&req, 0, sizeof(req));
 	req.op = op;
+	req.session = session;
 	req.kind = RLOCK_KIND_PLAIN;
 	req.hold = lh ? lh->hold : -1;
 	req.hold_generation = lh ? lh->generation : 0;
@@ -568,6 +605,7 @@ rlock_acquire(const char *key, int keylen, bool session,
 			  bool want_token, int64 *token)
 {
 	LocalHold  *volatile lh = rlock_local_enter(key, keylen);
+	TimestampTz start = GetCurrentTimestamp();
 	RlockStatus status;
 	int64		value;
 
@@ -576,16 +614,34 @@ rlock_acquire(const char *key, int keylen, bool session,
 	PG_TRY();
 	{
 		rlock_local_reserve(lh);
-		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, wait_until,
+		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session, wait_until,
 									lease_ms, use_lock_timeout, want_token,
 									&value);
 	}
 	PG_CATCH();
 	{
+		rlock_count(geterrcode() == ERRCODE_LOCK_NOT_AVAILABLE ?
+					RLOCK_STAT_TIMED_OUT : RLOCK_STAT_CANCELLED, 1);
 		rlock_local_unpin_if_unused(lh);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+
+	switch (status)
+	{
+		case RLOCK_STATUS_OK:
+			rlock_count(RLOCK_STAT_ACQUIRED, 1);
+			rlock_latency(RLOCK_LATENCY_ACQUIRE,
+						  GetCurrentTimestamp() - start);
+			break;
+		case RLOCK_STATUS_BUSY:
+			rlock_count(wait_until != 0 && wait_until <= start ?
+						RLOCK_STAT_REFUSED : RLOCK_STAT_TIMED_OUT, 1);
+			break;
+		default:
+			rlock_count(RLOCK_STAT_FAILED, 1);
+			break;
+	}
 
 	if (status == RLOCK_STATUS_OK)
 	{
@@ -643,10 +699,12 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 	subid = session ? InvalidSubTransactionId : rlock_local_outer_subid(lh);
 	rlock_local_queue(lh, rlock_local_remove_holds(lh, session,
 												   InvalidSubTransactionId, 1));
+	rlock_count(RLOCK_STAT_RELEASED, 1);
 	PG_TRY();
 	{
-		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, GetCurrentTimestamp(),
-									0, false, false, &value);
+		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, session,
+									GetCurrentTimestamp(), 0, false, false,
+									&value);
 	}
 	PG_CATCH();
 	{
@@ -703,7 +761,7 @@ rlock_release_session_all(RlockStatus *status)
 	}
 
 	if (total > 0)
-		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL,
+		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL, true,
 									 GetCurrentTimestamp(), 0, false, false,
 									 &value);
 	return total;
@@ -733,18 +791,12 @@ int64
 rlock_held_token(const char *key, int keylen)
 {
 	LocalHold  *lh = rlock_local_find(key, keylen);
-	int			i;
 
 	if (lh == NULL)
 		return 0;
 	rlock_local_take_note(lh, true, true);
 	rlock_local_unpin_if_unused(lh);
-	for (i = lh->nruns - 1; i >= 0; i--)
-	{
-		if (lh->runs[i].token != 0)
-			return lh->runs[i].token;
-	}
-	return 0;
+	return rlock_local_token(lh);
 }
 
 /*
@@ -766,7 +818,7 @@ rlock_verify_before_commit(void)
 
 	if (!dlist_is_empty(&xact_holds))
 	{
-		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL,
+		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL, false,
 									GetCurrentTimestamp(), rlock_verify_margin,
 									false, false, &lost);
 		rlock_report_status(status, NULL, 0);

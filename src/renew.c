@@ -106,6 +106,7 @@ rlock_batch_send(RlockCmdType type, RlockScript script, int64 arg_ms,
 	cmd->slot = slot;
 	cmd->seq = seq;
 	cmd->target = tag;
+	cmd->lease_ms = arg_ms;
 	cmd->nholds = n;
 	cmd->holds = MemoryContextAlloc(TopMemoryContext, sizeof(int) * 2 * n);
 	memcpy(cmd->holds, pairs, sizeof(int) * 2 * n);
@@ -118,14 +119,30 @@ rlock_batch_send(RlockCmdType type, RlockScript script, int64 arg_ms,
 }
 
 /*
- * Mark lost the entries of a batch for which the script answered 0 (the
- * owner's field was gone), if they are still the same entries.  Returns
- * how many, or -1 if the reply is not one number per key.
+ * Mark an entry lost, counting the loss once.  The caller holds its mutex.
+ */
+void
+rlock_hold_mark_lost(RlockHold *h)
+{
+	if (!h->lost)
+		rlock_count(RLOCK_STAT_LOST, 1);
+	h->lost = true;
+}
+
+/*
+ * Apply the reply to a batch to its entries, if they are still the same
+ * entries: those for which the script answered 0 (the owner's field was
+ * gone) are marked lost, the others have their lease end moved to the
+ * lease the batch set (or, with extend_only, to at least the margin it
+ * ensured).  Returns how many were lost, or -1 if the reply is not one
+ * number per key.
  */
 int
-rlock_batch_mark_lost(RlockCmd *cmd, void *r)
+rlock_batch_apply(RlockCmd *cmd, void *r, bool extend_only)
 {
 	redisReply *reply = (redisReply *) r;
+	TimestampTz expires = TimestampTzPlusMilliseconds(cmd->sent_at,
+													  cmd->lease_ms);
 	int			lost = 0;
 	int			i;
 
@@ -135,21 +152,34 @@ rlock_batch_mark_lost(RlockCmd *cmd, void *r)
 
 	for (i = 0; i < cmd->nholds; i++)
 	{
-		RlockHold  *h;
+		RlockHold  *h = rlock_hold(cmd->holds[2 * i]);
+		bool		held;
 
-		if (reply->element[i]->type != REDIS_REPLY_INTEGER ||
-			reply->element[i]->integer != 0)
+		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
 			continue;
-		h = rlock_hold(cmd->holds[2 * i]);
+		held = (reply->element[i]->integer != 0);
 		SpinLockAcquire(&h->mutex);
 		if (h->in_use && h->generation == (uint32) cmd->holds[2 * i + 1])
 		{
-			h->lost = true;
-			lost++;
+			if (!held)
+			{
+				rlock_hold_mark_lost(h);
+				lost++;
+			}
+			else if (!extend_only || h->expires_at < expires)
+				h->expires_at = expires;
 		}
 		SpinLockRelease(&h->mutex);
 	}
 	return lost;
+}
+
+static void
+renew_send(int *batch, int n)
+{
+	if (rlock_batch_send(RLOCK_CMD_RENEW, RLOCK_SCRIPT_RENEW,
+						 rlock_watchdog_timeout, batch, n, -1, 0, 0))
+		rlock_count(RLOCK_STAT_RENEWAL_CALLS, 1);
 }
 
 /*
@@ -184,14 +214,12 @@ rlock_renew_tick(TimestampTz now)
 			continue;
 		if (++n == RLOCK_BATCH)
 		{
-			(void) rlock_batch_send(RLOCK_CMD_RENEW, RLOCK_SCRIPT_RENEW,
-									rlock_watchdog_timeout, batch, n, -1, 0, 0);
+			renew_send(batch, n);
 			n = 0;
 		}
 	}
 	if (n > 0)
-		(void) rlock_batch_send(RLOCK_CMD_RENEW, RLOCK_SCRIPT_RENEW,
-								rlock_watchdog_timeout, batch, n, -1, 0, 0);
+		renew_send(batch, n);
 }
 
 /*
@@ -202,6 +230,7 @@ void
 rlock_renew_reply(RlockCmd *cmd, void *r)
 {
 	redisReply *reply = (redisReply *) r;
+	int			lost;
 
 	if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
 	{
@@ -219,5 +248,7 @@ rlock_renew_reply(RlockCmd *cmd, void *r)
 		return;
 	}
 	/* anything else unexpected: the next period tries again */
-	(void) rlock_batch_mark_lost(cmd, reply);
+	lost = rlock_batch_apply(cmd, reply, false);
+	if (lost >= 0)
+		rlock_count(RLOCK_STAT_RENEWALS, cmd->nholds - lost);
 }

@@ -25,6 +25,9 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/ps_status.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -45,6 +48,43 @@ static char last_detail[RLOCK_DETAIL_LEN];
 
 /* Extra time granted to the worker beyond its own deadlines */
 #define RLOCK_WORKER_GRACE_MS	1000
+
+/* Length of the process title before " waiting" was added, -1 if not */
+static int	ps_plain_len = -1;
+static char *ps_waiting = NULL;
+#define RLOCK_PS_SUFFIX		" waiting for rlock"
+
+/*
+ * Add " waiting for rlock" to the process title (as a heavyweight lock
+ * wait adds " waiting"), or take it off again.  Never raises once on.
+ */
+static void
+rlock_ps_waiting(bool on)
+{
+	if (on)
+	{
+		const char *title;
+		int			len;
+
+		if (ps_plain_len >= 0 || !update_process_title)
+			return;
+		title = get_ps_display(&len);
+		if (ps_waiting != NULL)
+			pfree(ps_waiting);
+		ps_waiting = MemoryContextAlloc(TopMemoryContext,
+										len + sizeof(RLOCK_PS_SUFFIX));
+		memcpy(ps_waiting, title, len);
+		strcpy(ps_waiting + len, RLOCK_PS_SUFFIX);
+		set_ps_display(ps_waiting);
+		ps_plain_len = len;
+	}
+	else if (ps_plain_len >= 0)
+	{
+		ps_waiting[ps_plain_len] = '\0';
+		set_ps_display(ps_waiting);
+		ps_plain_len = -1;
+	}
+}
 
 uint64
 rlock_my_owner_id(void)
@@ -130,6 +170,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 	{
 		RlockSlotState state;
 		RlockStatus status = RLOCK_STATUS_NONE;
+		bool		busy;
 		TimestampTz now;
 		TimestampTz until;
 		int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
@@ -138,6 +179,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		SpinLockAcquire(&slot->mutex);
 		Assert(slot->seq == seq);
 		state = slot->state;
+		busy = slot->busy;
 		if (state == RLOCK_SLOT_DONE)
 		{
 			status = slot->status;
@@ -145,6 +187,9 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 			slot->state = RLOCK_SLOT_IDLE;
 		}
 		SpinLockRelease(&slot->mutex);
+
+		if (busy && state != RLOCK_SLOT_DONE && ps_plain_len < 0)
+			rlock_ps_waiting(true);
 
 		if (state == RLOCK_SLOT_DONE)
 		{
@@ -229,6 +274,10 @@ rlock_request(const RlockRequest *req, int64 *value)
 	slot->wait_until = req->wait_until;
 	slot->lease_ms = req->lease_ms;
 	slot->want_token = req->want_token;
+	slot->session = req->session;
+	slot->pid = MyProcPid;
+	slot->userid = GetSessionUserId();
+	slot->submitted_at = GetCurrentTimestamp();
 	slot->keylen = req->keylen;
 	if (req->keylen > 0)
 		memcpy(slot->key, req->key, req->keylen);
@@ -237,6 +286,7 @@ rlock_request(const RlockRequest *req, int64 *value)
 	SpinLockAcquire(&slot->mutex);
 	Assert(slot->state == RLOCK_SLOT_IDLE);
 	seq = ++slot->seq;
+	slot->busy = false;
 	slot->status = RLOCK_STATUS_NONE;
 	slot->value = 0;
 	slot->detail[0] = '\0';
@@ -261,12 +311,14 @@ rlock_request(const RlockRequest *req, int64 *value)
 		if (timer)
 			disable_timeout(LOCK_TIMEOUT, false);
 		rlock_abandon_request();
+		rlock_ps_waiting(false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
 	if (timer)
 		disable_timeout(LOCK_TIMEOUT, false);
+	rlock_ps_waiting(false);
 	return status;
 }
 

@@ -33,6 +33,9 @@
 /* Room for an error text handed from the worker to a backend */
 #define RLOCK_DETAIL_LEN	512
 
+/* Room for a server address in messages: host (NI_MAXHOST) and port */
+#define RLOCK_ADDRESS_LEN	(1025 + 16)
+
 /* Names derived from a lock key: this prefix plus the key, in braces */
 #define RLOCK_CHANNEL_PREFIX	"redisson_lock__channel:"
 #define RLOCK_TOKEN_PREFIX		"redisson_lock_token:"
@@ -123,6 +126,13 @@ typedef struct RlockSlot
 	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog;
 								 * VERIFY: the safety margin */
 	bool		want_token;		/* ACQUIRE: count a fencing token */
+	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	int			pid;			/* the owning backend, for the views */
+	Oid			userid;
+	TimestampTz submitted_at;
+
+	/* set by the worker: ACQUIRE found the lock busy and waits */
+	bool		busy;
 
 	/* the result: written by the worker before it becomes DONE */
 	RlockStatus status;
@@ -151,12 +161,18 @@ typedef struct RlockHold
 	uint64		owner_id;		/* the <n> of the owner "<uuid>:<n>" */
 	RlockKind	kind;
 	int			keylen;
+	int			pid;			/* the owning backend, for the views */
+	Oid			userid;
 
 	/* written by the owning backend */
 	bool		pinned;			/* the backend has holds or a request */
 	int32		to_release;		/* holds given back, not yet sent */
 	int64		lease_ms;		/* lease of the newest remaining hold */
 	bool		renew;			/* some remaining hold uses the watchdog */
+	int32		nsession;		/* the backend's holds by scope, */
+	int32		nxact;			/* for the views */
+	int64		token;			/* newest fencing token held, 0 if none */
+	TimestampTz acquired_at;	/* when the backend's holds began */
 
 	/* written by the worker */
 	int32		worker_refs;	/* requests the worker works on for it */
@@ -167,6 +183,7 @@ typedef struct RlockHold
 	bool		lost;			/* Redis was seen without the owner's holds
 								 * (set by the worker, cleared by the
 								 * backend once it has taken note) */
+	TimestampTz expires_at;		/* lease end as last set, 0 if unknown */
 
 	bool		queued;			/* sits in the ring; set by either side */
 
@@ -189,6 +206,74 @@ typedef struct RlockRing
 	int			items[FLEXIBLE_ARRAY_MEMBER];
 } RlockRing;
 
+/*
+ * Counters since start (or the last rlock_stats_reset()), incremented by
+ * backends and the worker alike without a lock.
+ */
+typedef enum RlockCounter
+{
+	RLOCK_STAT_ACQUIRED,		/* acquires granted */
+	RLOCK_STAT_REFUSED,			/* busy, and no wait was asked for */
+	RLOCK_STAT_TIMED_OUT,		/* busy until the wait or lock_timeout ran out */
+	RLOCK_STAT_CANCELLED,		/* acquires interrupted (cancel, timeouts) */
+	RLOCK_STAT_FAILED,			/* acquires that ended in an error */
+	RLOCK_STAT_RELEASED,		/* holds given back */
+	RLOCK_STAT_LOST,			/* locks found lost while held */
+	RLOCK_STAT_RENEWALS,		/* leases renewed by the watchdog */
+	RLOCK_STAT_RENEWAL_CALLS,	/* renewal script calls */
+	RLOCK_STAT_RECONNECTS,		/* connections made again after a loss */
+	RLOCK_STAT_REDIS_ERRORS,	/* error replies from Redis */
+	RLOCK_STAT_SUBSCRIPTIONS,	/* channels subscribed */
+	RLOCK_STAT_UNLOCK_MESSAGES, /* unlock messages received */
+	RLOCK_NCOUNTERS
+} RlockCounter;
+
+/* Latencies kept as histograms */
+typedef enum RlockLatency
+{
+	RLOCK_LATENCY_ROUND_TRIP,	/* command sent to reply read */
+	RLOCK_LATENCY_ACQUIRE,		/* granted acquire, waiting included */
+	RLOCK_NLATENCIES
+} RlockLatency;
+
+#define RLOCK_LATENCY_BUCKETS	18
+
+typedef struct RlockHistogram
+{
+	pg_atomic_uint64 count;
+	pg_atomic_uint64 sum_us;
+	pg_atomic_uint64 max_us;
+	pg_atomic_uint64 buckets[RLOCK_LATENCY_BUCKETS];
+} RlockHistogram;
+
+typedef struct RlockStats
+{
+	pg_atomic_uint64 counters[RLOCK_NCOUNTERS];
+	RlockHistogram latency[RLOCK_NLATENCIES];
+	pg_atomic_uint64 reset_at;	/* TimestampTz of the last reset */
+} RlockStats;
+
+/*
+ * What the worker says about its connections, for rlock_status().  The
+ * worker alone writes it, bumping changecount before and after (odd while
+ * writing); readers copy it and retry until they see the same even count
+ * on both sides.
+ */
+typedef struct RlockWorkerStatus
+{
+	pg_atomic_uint32 changecount;
+	int			cmd_state;		/* RlockConnState */
+	int			sub_state;
+	TimestampTz cmd_since;		/* when it last became READY, or went down */
+	TimestampTz sub_since;
+	char		address[RLOCK_ADDRESS_LEN];
+	char		redis_version[32];
+	char		redis_role[16];
+	char		last_error[RLOCK_DETAIL_LEN];
+	TimestampTz last_error_at;
+	int			channels;		/* channels subscribed now */
+} RlockWorkerStatus;
+
 /* The fixed part of rlock's shared memory */
 typedef struct RlockShared
 {
@@ -210,6 +295,9 @@ typedef struct RlockShared
 	char	   *slots;			/* nslots slots of slot_size bytes */
 	char	   *holds;			/* nholds entries of hold_size bytes */
 	RlockRing  *ring;
+
+	RlockStats	stats;
+	RlockWorkerStatus status;
 } RlockShared;
 
 /* shmem.c */
@@ -222,6 +310,8 @@ extern void rlock_ring_push(int item);
 extern bool rlock_ring_pop(int *item);
 extern int	rlock_hold_alloc(uint64 owner_id, RlockKind kind,
 							 const char *key, int keylen, uint32 *generation);
+extern void rlock_hold_publish(int index, int32 nsession, int32 nxact,
+							   int64 token, TimestampTz acquired_at);
 extern bool rlock_hold_pin(int index, uint32 generation);
 extern bool rlock_hold_is_current(int index, uint32 generation);
 extern void rlock_hold_unpin(int index);
@@ -231,6 +321,16 @@ extern bool rlock_hold_try_free(int index);
 extern void rlock_queue_release(int index, int count, int64 lease_ms,
 								bool renew);
 extern void rlock_wake_worker(void);
+
+/* stats.c: counters, latencies and the worker's status */
+extern void rlock_stats_init(void);
+extern void rlock_stats_reset(void);
+extern void rlock_count(RlockCounter counter, uint64 n);
+extern void rlock_latency(RlockLatency latency, int64 us);
+extern const int64 rlock_latency_bounds[RLOCK_LATENCY_BUCKETS - 1];
+extern void rlock_status_begin_write(void);
+extern void rlock_status_end_write(void);
+extern void rlock_status_read(RlockWorkerStatus *copy);
 
 /*
  * A byte string by reference, used as the key of dynahash tables that are
@@ -253,6 +353,9 @@ extern char *rlock_sql_key(const char *key, int keylen);
 extern uint32 rlock_keyref_hash(const void *key, Size keysize);
 extern int	rlock_keyref_match(const void *key1, const void *key2,
 							   Size keysize);
+
+/* functions.c */
+extern void rlock_check_loaded(void);
 
 /* holds.c: the backend's holds and the transaction callbacks */
 extern RlockStatus rlock_acquire(const char *key, int keylen, bool session,
@@ -279,6 +382,7 @@ typedef struct RlockRequest
 	TimestampTz wait_until;
 	int64		lease_ms;
 	bool		want_token;
+	bool		session;		/* ACQUIRE: for a session-scoped hold */
 	bool		use_lock_timeout;	/* lock_timeout applies to the wait */
 } RlockRequest;
 
@@ -300,7 +404,9 @@ typedef enum RlockCmdType
 	RLOCK_CMD_RENEW,			/* renewal script for a batch of entries */
 	RLOCK_CMD_VERIFY,			/* verify script for a batch of a request */
 	RLOCK_CMD_SUBSCRIBE,		/* expects one subscribe confirmation */
-	RLOCK_CMD_UNSUBSCRIBE		/* expects one unsubscribe confirmation */
+	RLOCK_CMD_UNSUBSCRIBE,		/* expects one unsubscribe confirmation */
+	RLOCK_CMD_PING,				/* keeps an idle connection checked */
+	RLOCK_CMD_SERVER_INFO		/* INFO server (index 0) or ROLE (index 1) */
 } RlockCmdType;
 
 /*
@@ -319,6 +425,8 @@ typedef struct RlockCmd
 	int			hold;			/* ACQUIRE, RELEASE: the hold entry */
 	int32		target;			/* ACQUIRE, RELEASE: count to leave;
 								 * VERIFY: the sending it belongs to */
+	int64		lease_ms;		/* ACQUIRE, RELEASE, RENEW: lease sent;
+								 * VERIFY: the margin */
 	int			nholds;			/* RENEW, VERIFY: entries in the batch */
 	int		   *holds;			/* RENEW, VERIFY: entry and generation pairs */
 } RlockCmd;
@@ -354,6 +462,10 @@ typedef struct RlockConn
 	dlist_head	inflight;		/* RlockCmd in send order */
 	char		error[RLOCK_DETAIL_LEN];	/* why it is not READY */
 	TimestampTz ready_at;		/* when it last became READY */
+	TimestampTz since;			/* when it last became READY or was lost */
+	bool		ever_ready;		/* was READY before: the next one counts
+								 * as a reconnection */
+	TimestampTz last_sent_at;	/* when the latest command was queued */
 	bool		outage_logged;	/* the current outage was logged */
 	bool		ready_logged;	/* and so was its end */
 	bool		flap_logged;	/* losses right after READY were logged */
@@ -373,6 +485,10 @@ extern void rlock_conn_flush(void);
 extern bool rlock_conn_send(RlockConn *conn, RlockCmd *cmd, int argc,
 							const char **argv, const size_t *argvlen);
 extern void rlock_conn_drop(RlockConn *conn, const char *reason);
+extern void rlock_conn_keepalive(bool on);
+extern void rlock_status_error(const char *msg);
+extern void rlock_status_touch(void);
+extern void rlock_status_publish(void);
 extern RlockCmd *rlock_cmd_new(RlockCmdType type);
 extern void rlock_cmd_free(RlockCmd *cmd);
 
@@ -408,13 +524,15 @@ extern void rlock_waiters_message(const char *channel, int channellen,
 								  const char *payload, int payloadlen);
 extern void rlock_waiters_conn_ready(void);
 extern void rlock_waiters_conn_lost(void);
+extern int	rlock_waiters_channels(void);
 
 /* renew.c: the watchdog, and the batches of entries it and VERIFY use */
 #define RLOCK_BATCH		100
 extern bool rlock_batch_send(RlockCmdType type, RlockScript script,
 							 int64 arg_ms, const int *pairs, int n,
 							 int slot, uint64 seq, int32 tag);
-extern int	rlock_batch_mark_lost(RlockCmd *cmd, void *reply);
+extern int	rlock_batch_apply(RlockCmd *cmd, void *reply, bool extend_only);
+extern void rlock_hold_mark_lost(RlockHold *h);
 extern void rlock_renew_tick(TimestampTz now);
 extern TimestampTz rlock_renew_next(void);
 extern void rlock_renew_soon(void);

@@ -41,6 +41,11 @@
  *   a backend's release queued before its next request reaches Redis first
  *   on the worker's single command connection.
  *
+ * - The views read slots and entries under their mutexes.  The key of an
+ *   entry is copied outside the mutex and kept only if the generation is
+ *   unchanged afterwards (an entry is freed before it is reused).  The
+ *   counters are atomics; the worker's status has a change count (stats.c).
+ *
  * The owner uuid is chosen when shared memory is initialised, so owners
  * from before a crash restart can never be renewed or released by mistake.
  *
@@ -183,6 +188,10 @@ rlock_shmem_startup(void)
 		s->ring->tail = 0;
 		/* one spare place: a full ring must not look empty */
 		s->ring->size = s->nslots + s->nholds + 1;
+
+		rlock_stats_init();
+		memset(&s->status, 0, sizeof(s->status));
+		pg_atomic_init_u32(&s->status.changecount, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -280,10 +289,34 @@ rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
 	h->resync = false;
 	h->lost = false;
 	h->queued = false;
+	h->pid = MyProcPid;
+	h->userid = GetSessionUserId();
+	h->nsession = 0;
+	h->nxact = 0;
+	h->token = 0;
+	h->acquired_at = 0;
+	h->expires_at = 0;
 	*generation = h->generation;
 	SpinLockRelease(&h->mutex);
 
 	return index;
+}
+
+/*
+ * Record what the backend holds on an entry, for the views.
+ */
+void
+rlock_hold_publish(int index, int32 nsession, int32 nxact, int64 token,
+				   TimestampTz acquired_at)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	SpinLockAcquire(&h->mutex);
+	h->nsession = nsession;
+	h->nxact = nxact;
+	h->token = token;
+	h->acquired_at = acquired_at;
+	SpinLockRelease(&h->mutex);
 }
 
 /*

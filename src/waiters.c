@@ -70,6 +70,30 @@ typedef struct Waiter
 static HTAB *groups = NULL;
 static Waiter *waiters = NULL;	/* one per slot */
 static char *channel_buf = NULL;
+static int	nsubscribed = 0;	/* groups SUBSCRIBED */
+
+/*
+ * Every change of a group's state goes through here, to keep the count of
+ * subscribed channels that rlock_status() shows.
+ */
+static void
+waiters_set_state(WaitGroup *g, SubState state)
+{
+	if (g->state == state)
+		return;
+	if (g->state == SUB_SUBSCRIBED)
+		nsubscribed--;
+	if (state == SUB_SUBSCRIBED)
+		nsubscribed++;
+	g->state = state;
+	rlock_status_touch();
+}
+
+int
+rlock_waiters_channels(void)
+{
+	return nsubscribed;
+}
 
 void
 rlock_waiters_init(int nslots)
@@ -106,6 +130,7 @@ waiters_delete_group(WaitGroup *g)
 	char	   *data = (char *) g->channel.data;
 
 	Assert(g->nwaiters == 0);
+	waiters_set_state(g, SUB_NONE);
 	hash_search(groups, &g->channel, HASH_REMOVE, NULL);
 	pfree(data);
 }
@@ -137,9 +162,12 @@ static void
 waiters_subscribe(WaitGroup *g)
 {
 	if (waiters_send(g, true))
-		g->state = SUB_SUBSCRIBING;
+	{
+		rlock_count(RLOCK_STAT_SUBSCRIPTIONS, 1);
+		waiters_set_state(g, SUB_SUBSCRIBING);
+	}
 	else
-		g->state = SUB_NONE;
+		waiters_set_state(g, SUB_NONE);
 }
 
 /*
@@ -189,7 +217,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 
 		memcpy(copy, channel_buf, len + 1);
 		g->channel.data = copy;
-		g->state = SUB_NONE;
+		g->state = SUB_NONE;	/* new: nothing to count yet */
 		dlist_init(&g->waiters);
 		g->nwaiters = 0;
 		g->wakes = 0;
@@ -227,7 +255,7 @@ rlock_waiters_leave(int slot, bool pass_wake)
 
 	if ((g->state == SUB_SUBSCRIBING || g->state == SUB_SUBSCRIBED) &&
 		waiters_send(g, false))
-		g->state = SUB_UNSUBSCRIBING;
+		waiters_set_state(g, SUB_UNSUBSCRIBING);
 	else if (g->state != SUB_UNSUBSCRIBING)
 		waiters_delete_group(g);
 }
@@ -281,7 +309,7 @@ rlock_waiters_reply(RlockCmd *cmd, void *r)
 
 	if (cmd->type == RLOCK_CMD_SUBSCRIBE && g->state == SUB_SUBSCRIBING)
 	{
-		g->state = SUB_SUBSCRIBED;
+		waiters_set_state(g, SUB_SUBSCRIBED);
 		waiters_wake(g, true);
 	}
 	else if (cmd->type == RLOCK_CMD_UNSUBSCRIBE &&
@@ -298,6 +326,7 @@ rlock_waiters_message(const char *channel, int channellen,
 {
 	WaitGroup  *g = waiters_find(channel, channellen);
 
+	rlock_count(RLOCK_STAT_UNLOCK_MESSAGES, 1);
 	if (g == NULL)
 		return;
 	g->wakes++;
@@ -336,7 +365,7 @@ rlock_waiters_conn_lost(void)
 	hash_seq_init(&seq, groups);
 	while ((g = (WaitGroup *) hash_seq_search(&seq)) != NULL)
 	{
-		g->state = SUB_NONE;
+		waiters_set_state(g, SUB_NONE);
 		if (g->nwaiters == 0)
 			waiters_delete_group(g);
 	}

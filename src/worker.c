@@ -102,6 +102,7 @@ typedef struct WorkerReq
 
 static WorkerReq *reqs;			/* one per slot */
 static int	nparked;			/* RELEASE and BARRIER requests WAITING */
+static int	nwaiting;			/* ACQUIRE requests WAITING */
 static pairingheap *timers;
 static dlist_head pending = DLIST_STATIC_INIT(pending);
 static RlockStatus *release_status; /* outcome of each entry's last release */
@@ -188,6 +189,9 @@ worker_set_state(WorkerReq *req, ReqState state)
 								req->op != RLOCK_OP_ACQUIRE);
 
 	nparked += (int) parked_after - (int) parked_before;
+	if (req->op == RLOCK_OP_ACQUIRE)
+		nwaiting += (int) (state == REQ_WAITING) -
+			(int) (req->state == REQ_WAITING);
 	req->state = state;
 }
 
@@ -446,6 +450,7 @@ worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
 
 	cmd->hold = index;
 	cmd->target = target;
+	cmd->lease_ms = worker_lease(lease_ms);
 	if (!rlock_conn_send(rlock_cmd_conn(), cmd, 9, argv, lens))
 	{
 		SpinLockAcquire(&h->mutex);
@@ -609,7 +614,10 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 	if (again)
 		h->resync = true;
 	else if (status == RLOCK_STATUS_NOT_HELD && cmd->target > 0)
-		h->lost = true;
+		rlock_hold_mark_lost(h);
+	else if (status == RLOCK_STATUS_OK)
+		h->expires_at = (cmd->target > 0) ?
+			TimestampTzPlusMilliseconds(cmd->sent_at, cmd->lease_ms) : 0;
 	SpinLockRelease(&h->mutex);
 
 	if (!again)
@@ -676,6 +684,7 @@ worker_send_acquire(WorkerReq *req)
 	cmd->seq = req->seq;
 	cmd->hold = req->hold;
 	cmd->target = target;
+	cmd->lease_ms = worker_lease(req->lease_ms);
 	req->wakes_seen = rlock_waiters_wakes(slot);
 	req->releases_seen = releases_sent;
 	req->woken = false;
@@ -833,6 +842,26 @@ rlock_worker_retry(int slot)
 /*---- replies ----*/
 
 /*
+ * Tell the backend (and the views) that its acquire waits for the lock.
+ */
+static void
+worker_mark_busy(WorkerReq *req)
+{
+	RlockSlot  *s = rlock_slot(worker_slot_of(req));
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&s->mutex);
+	if (s->seq == req->seq && s->state == RLOCK_SLOT_TAKEN && !s->busy)
+	{
+		s->busy = true;
+		latch = s->latch;
+	}
+	SpinLockRelease(&s->mutex);
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/*
  * The acquire failed because someone else holds the lock.  Wait for a
  * wake-up, bounded by the lock's TTL and the caller's deadline.  A lock
  * without expiry is looked at again every rlock.watchdog_timeout, so that
@@ -866,6 +895,7 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	}
 
 	worker_set_state(req, REQ_WAITING);
+	worker_mark_busy(req);
 	retry_at = TimestampTzPlusMilliseconds(now, pttl > 0 ? pttl :
 										   rlock_watchdog_timeout);
 	if (req->wait_until != 0)
@@ -905,9 +935,13 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 	SpinLockAcquire(&h->mutex);
 	h->acquiring = false;
 	if (granted)
+	{
 		h->count = cmd->target;
+		h->expires_at = TimestampTzPlusMilliseconds(cmd->sent_at,
+													cmd->lease_ms);
+	}
 	if (status == 2 || status == 3)
-		h->lost = true;
+		rlock_hold_mark_lost(h);
 	else if (reply == NULL)
 		h->resync = true;		/* it may have run: restore our count */
 	SpinLockRelease(&h->mutex);
@@ -961,7 +995,7 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 static void
 worker_verify_reply(RlockCmd *cmd, redisReply *reply)
 {
-	int			lost = rlock_batch_mark_lost(cmd, reply);
+	int			lost = rlock_batch_apply(cmd, reply, true);
 	WorkerReq  *req = worker_current(cmd);
 
 	if (req == NULL || cmd->target != req->attempt)
@@ -1045,7 +1079,9 @@ rlock_worker_reply(RlockConn *conn, RlockCmd *cmd, void *reply)
 			break;
 		case RLOCK_CMD_HANDSHAKE:
 		case RLOCK_CMD_SCRIPT_LOAD:
-			break;
+		case RLOCK_CMD_PING:
+		case RLOCK_CMD_SERVER_INFO:
+			break;				/* conn.c takes care of these */
 	}
 }
 
@@ -1376,12 +1412,14 @@ rlock_worker_main(Datum main_arg)
 		}
 
 		now = GetCurrentTimestamp();
+		rlock_conn_keepalive(nwaiting > 0);
 		rlock_conn_tick(now);
 		worker_drain_ring();
 		worker_fire_timers(now);
 		worker_send_pending();
 		rlock_renew_tick(now);
 		rlock_conn_flush();
+		rlock_status_publish();
 
 		next = Min(Min(rlock_conn_next_tick(), worker_next_timer()),
 				   rlock_renew_next());

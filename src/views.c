@@ -1,0 +1,521 @@
+/*-------------------------------------------------------------------------
+ *
+ * views.c
+ *		What rlock shows about itself: the locks held and waited for on
+ *		this instance (rlock_locks), counters and latencies since start
+ *		(rlock_stats, rlock_latency), and the worker's connections
+ *		(rlock_status).
+ *
+ * rlock_locks is built from the shared hold table and the request slots.
+ * Each entry and slot is copied under its own mutex and the rows are built
+ * from the copy, as pg_locks does, so no lock is held while memory is
+ * allocated.  Rows of sessions of other users are shown the way
+ * pg_stat_activity shows them: the process and the state, but not the key
+ * or anything else about the lock, unless the caller has the privileges of
+ * that user or of pg_read_all_stats.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/views.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_authid_d.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "rlock.h"
+
+PG_FUNCTION_INFO_V1(rlock_locks);
+PG_FUNCTION_INFO_V1(rlock_stats);
+PG_FUNCTION_INFO_V1(rlock_latency_buckets);
+PG_FUNCTION_INFO_V1(rlock_stats_reset_all);
+PG_FUNCTION_INFO_V1(rlock_status);
+
+#define LOCKS_COLS		13
+
+/* What rlock_locks needs of one hold entry or request slot */
+typedef struct LockRow
+{
+	bool		waiting;		/* from a request slot */
+	bool		busy;			/* slot: the lock was found busy */
+	bool		session;		/* slot: the scope asked for */
+	int			pid;
+	Oid			userid;
+	uint64		owner_id;
+	int32		nsession;
+	int32		nxact;
+	int32		count;			/* the worker's count */
+	bool		releasing;		/* releases queued or on the wire */
+	bool		lost;
+	int64		lease_ms;
+	bool		renew;
+	int64		token;
+	TimestampTz acquired_at;
+	TimestampTz expires_at;
+	TimestampTz wait_started;
+	TimestampTz wait_until;
+	char	   *key;			/* Redis form; NULL if it could not be read */
+	int			keylen;
+} LockRow;
+
+/*
+ * Copy the key of a hold entry that was in use with "generation": NULL if
+ * the entry was freed (and maybe reused) meanwhile.
+ */
+static char *
+views_copy_key(int index, uint32 generation, int *keylen)
+{
+	RlockHold  *h = rlock_hold(index);
+	char	   *key;
+	int			len;
+	bool		same;
+
+	SpinLockAcquire(&h->mutex);
+	same = h->in_use && h->generation == generation;
+	len = h->keylen;
+	SpinLockRelease(&h->mutex);
+	if (!same)
+		return NULL;
+
+	key = palloc(len + 1);
+	memcpy(key, h->key, len);
+	key[len] = '\0';
+
+	SpinLockAcquire(&h->mutex);
+	same = h->in_use && h->generation == generation;
+	SpinLockRelease(&h->mutex);
+	if (!same)
+	{
+		pfree(key);
+		return NULL;
+	}
+	*keylen = len;
+	return key;
+}
+
+static Datum
+views_interval_ms(int64 ms)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = ms * 1000;
+	return IntervalPGetDatum(iv);
+}
+
+/*
+ * Emit one row of rlock_locks.  "scope" NULL means none (a release in
+ * progress); count < 0 means NULL.
+ */
+static void
+views_emit_lock(ReturnSetInfo *rsinfo, LockRow *r, const char *scope,
+				int32 count, const char *state, bool visible)
+{
+	Datum		values[LOCKS_COLS];
+	bool		nulls[LOCKS_COLS];
+	char		owner[RLOCK_OWNER_MAXLEN];
+	int			i = 0;
+
+	memset(nulls, true, sizeof(nulls));
+
+	/* key */
+	if (visible && r->key != NULL)
+	{
+		values[i] = CStringGetTextDatum(rlock_sql_key(r->key, r->keylen));
+		nulls[i] = false;
+	}
+	i++;
+	/* scope, count, state, pid: shown to everybody */
+	if (scope != NULL)
+	{
+		values[i] = CStringGetTextDatum(scope);
+		nulls[i] = false;
+	}
+	i++;
+	if (count >= 0)
+	{
+		values[i] = Int32GetDatum(count);
+		nulls[i] = false;
+	}
+	i++;
+	values[i] = CStringGetTextDatum(state);
+	nulls[i++] = false;
+	values[i] = Int32GetDatum(r->pid);
+	nulls[i++] = false;
+
+	if (visible)
+	{
+		/* owner */
+		rlock_owner_name(owner, r->owner_id);
+		values[i] = CStringGetTextDatum(owner);
+		nulls[i] = false;
+		i++;
+		/* lease, watchdog */
+		if (r->lease_ms > 0)
+		{
+			values[i] = views_interval_ms(r->lease_ms);
+			nulls[i] = false;
+		}
+		i++;
+		values[i] = BoolGetDatum(r->renew);
+		nulls[i++] = false;
+		/* acquired_at, expires_at, token */
+		if (r->acquired_at != 0)
+		{
+			values[i] = TimestampTzGetDatum(r->acquired_at);
+			nulls[i] = false;
+		}
+		i++;
+		if (r->expires_at != 0)
+		{
+			values[i] = TimestampTzGetDatum(r->expires_at);
+			nulls[i] = false;
+		}
+		i++;
+		if (r->token != 0)
+		{
+			values[i] = Int64GetDatum(r->token);
+			nulls[i] = false;
+		}
+		i++;
+		/* wait_started, wait_until */
+		if (r->wait_started != 0)
+		{
+			values[i] = TimestampTzGetDatum(r->wait_started);
+			nulls[i] = false;
+		}
+		i++;
+		if (r->wait_until != 0)
+		{
+			values[i] = TimestampTzGetDatum(r->wait_until);
+			nulls[i] = false;
+		}
+		i++;
+	}
+
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * Read hold entry "index" into a row.  False if it is not in use.
+ */
+static bool
+views_read_hold(int index, LockRow *r)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		in_use;
+	uint32		generation;
+
+	memset(r, 0, sizeof(LockRow));
+	SpinLockAcquire(&h->mutex);
+	in_use = h->in_use;
+	generation = h->generation;
+	r->pid = h->pid;
+	r->userid = h->userid;
+	r->owner_id = h->owner_id;
+	r->nsession = h->nsession;
+	r->nxact = h->nxact;
+	r->count = h->count - h->to_release;
+	r->releasing = (h->to_release > 0 || h->unacked > 0 || h->resync);
+	r->lost = h->lost;
+	r->lease_ms = h->lease_ms;
+	r->renew = h->renew;
+	r->token = h->token;
+	r->acquired_at = h->acquired_at;
+	r->expires_at = h->expires_at;
+	SpinLockRelease(&h->mutex);
+
+	if (!in_use)
+		return false;
+	r->key = views_copy_key(index, generation, &r->keylen);
+	return r->key != NULL;
+}
+
+/*
+ * Read slot "index" into a row if it carries an acquire not yet answered.
+ */
+static bool
+views_read_slot(int index, LockRow *r)
+{
+	RlockSlot  *s = rlock_slot(index);
+	bool		acquiring;
+	int			hold;
+	uint32		generation;
+
+	memset(r, 0, sizeof(LockRow));
+	SpinLockAcquire(&s->mutex);
+	acquiring = (s->op == RLOCK_OP_ACQUIRE &&
+				 (s->state == RLOCK_SLOT_PENDING ||
+				  s->state == RLOCK_SLOT_TAKEN));
+	hold = s->hold;
+	generation = s->hold_generation;
+	r->waiting = true;
+	r->busy = s->busy;
+	r->session = s->session;
+	r->pid = s->pid;
+	r->userid = s->userid;
+	r->owner_id = s->owner_id;
+	r->lease_ms = s->lease_ms;
+	r->renew = (s->lease_ms == 0);
+	r->wait_started = s->submitted_at;
+	r->wait_until = s->wait_until;
+	SpinLockRelease(&s->mutex);
+
+	if (!acquiring || hold < 0)
+		return false;
+	r->key = views_copy_key(hold, generation, &r->keylen);
+	return r->key != NULL;
+}
+
+/*
+ * rlock_locks(): one row per scope held by a session on a key, per entry
+ * whose holds are being released, and per acquire not yet answered.
+ */
+Datum
+rlock_locks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		see_all;
+	int			i;
+
+	rlock_check_loaded();
+	InitMaterializedSRF(fcinfo, 0);
+	see_all = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		LockRow		r;
+		bool		visible;
+
+		if (!views_read_hold(i, &r))
+			continue;
+		visible = see_all || has_privs_of_role(GetUserId(), r.userid);
+		if (r.nxact > 0)
+			views_emit_lock(rsinfo, &r, "transaction", r.nxact,
+							r.lost ? "lost" : "held", visible);
+		if (r.nsession > 0)
+			views_emit_lock(rsinfo, &r, "session", r.nsession,
+							r.lost ? "lost" : "held", visible);
+		if (r.nxact == 0 && r.nsession == 0 && (r.count > 0 || r.releasing))
+		{
+			r.acquired_at = 0;
+			r.token = 0;
+			views_emit_lock(rsinfo, &r, NULL, Max(r.count, 0), "releasing",
+							visible);
+		}
+		pfree(r.key);
+	}
+
+	for (i = 0; i < rlock_shared->nslots; i++)
+	{
+		LockRow		r;
+		bool		visible;
+
+		if (!views_read_slot(i, &r))
+			continue;
+		visible = see_all || has_privs_of_role(GetUserId(), r.userid);
+		views_emit_lock(rsinfo, &r, r.session ? "session" : "transaction",
+						-1, r.busy ? "waiting" : "acquiring", visible);
+		pfree(r.key);
+	}
+	return (Datum) 0;
+}
+
+static double
+views_ms(uint64 us)
+{
+	return (double) us / 1000.0;
+}
+
+/*
+ * rlock_stats(): the counters, and the mean and maximum of each latency.
+ */
+Datum
+rlock_stats(PG_FUNCTION_ARGS)
+{
+	RlockStats *st;
+	TupleDesc	tupdesc;
+	Datum		values[RLOCK_NCOUNTERS + 3 * RLOCK_NLATENCIES + 1];
+	bool		nulls[RLOCK_NCOUNTERS + 3 * RLOCK_NLATENCIES + 1];
+	int			n = 0;
+	int			i;
+
+	rlock_check_loaded();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	st = &rlock_shared->stats;
+
+	memset(nulls, false, sizeof(nulls));
+	for (i = 0; i < RLOCK_NCOUNTERS; i++)
+		values[n++] = Int64GetDatum((int64) pg_atomic_read_u64(&st->counters[i]));
+	for (i = 0; i < RLOCK_NLATENCIES; i++)
+	{
+		RlockHistogram *hist = &st->latency[i];
+		uint64		count = pg_atomic_read_u64(&hist->count);
+		uint64		sum = pg_atomic_read_u64(&hist->sum_us);
+
+		/* the acquires timed are those counted as acquired */
+		if (i != RLOCK_LATENCY_ACQUIRE)
+			values[n++] = Int64GetDatum((int64) count);
+		if (count > 0)
+			values[n] = Float8GetDatum(views_ms(sum) / count);
+		else
+			nulls[n] = true;
+		n++;
+		if (count > 0)
+			values[n] = Float8GetDatum(views_ms(pg_atomic_read_u64(&hist->max_us)));
+		else
+			nulls[n] = true;
+		n++;
+	}
+	values[n++] = TimestampTzGetDatum((TimestampTz) pg_atomic_read_u64(&st->reset_at));
+	Assert(n == tupdesc->natts);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * rlock_latency(): the histograms, one row per bucket.
+ */
+Datum
+rlock_latency_buckets(PG_FUNCTION_ARGS)
+{
+	static const char *const names[RLOCK_NLATENCIES] = {
+		"round_trip", "acquire"
+	};
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+	int			j;
+
+	rlock_check_loaded();
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; i < RLOCK_NLATENCIES; i++)
+	{
+		RlockHistogram *hist = &rlock_shared->stats.latency[i];
+
+		for (j = 0; j < RLOCK_LATENCY_BUCKETS; j++)
+		{
+			Datum		values[4];
+			bool		nulls[4] = {false, false, false, false};
+
+			values[0] = CStringGetTextDatum(names[i]);
+			values[1] = Float8GetDatum(j == 0 ? 0.0 :
+									   views_ms(rlock_latency_bounds[j - 1]));
+			if (j < RLOCK_LATENCY_BUCKETS - 1)
+				values[2] = Float8GetDatum(views_ms(rlock_latency_bounds[j]));
+			else
+				nulls[2] = true;
+			values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&hist->buckets[j]));
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+								 values, nulls);
+		}
+	}
+	return (Datum) 0;
+}
+
+Datum
+rlock_stats_reset_all(PG_FUNCTION_ARGS)
+{
+	rlock_check_loaded();
+	rlock_stats_reset();
+	PG_RETURN_VOID();
+}
+
+static const char *
+views_conn_state(int state)
+{
+	switch ((RlockConnState) state)
+	{
+		case RLOCK_CONN_DOWN:
+			return "down";
+		case RLOCK_CONN_RESOLVING:
+			return "resolving";
+		case RLOCK_CONN_CONNECTING:
+			return "connecting";
+		case RLOCK_CONN_HANDSHAKE:
+			return "handshake";
+		case RLOCK_CONN_READY:
+			return "ready";
+	}
+	return "unknown";
+}
+
+/*
+ * rlock_status(): the worker and its connections.  Connection details are
+ * NULL while no worker runs.
+ */
+Datum
+rlock_status(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	RlockWorkerStatus st;
+	Datum		values[14];
+	bool		nulls[14];
+	pid_t		pid;
+	int			in_use = 0;
+	int			waiting = 0;
+	int			i;
+
+	rlock_check_loaded();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	SpinLockAcquire(&rlock_shared->mutex);
+	pid = rlock_shared->worker_pid;
+	SpinLockRelease(&rlock_shared->mutex);
+	rlock_status_read(&st);
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+
+		SpinLockAcquire(&h->mutex);
+		in_use += h->in_use ? 1 : 0;
+		SpinLockRelease(&h->mutex);
+	}
+	for (i = 0; i < rlock_shared->nslots; i++)
+	{
+		RlockSlot  *s = rlock_slot(i);
+
+		SpinLockAcquire(&s->mutex);
+		waiting += (s->op == RLOCK_OP_ACQUIRE && s->busy &&
+					s->state == RLOCK_SLOT_TAKEN) ? 1 : 0;
+		SpinLockRelease(&s->mutex);
+	}
+
+	memset(nulls, false, sizeof(nulls));
+	values[0] = Int32GetDatum(pid);
+	nulls[0] = (pid == 0);
+	values[1] = CStringGetTextDatum(rlock_shared->uuid);
+	values[2] = CStringGetTextDatum(st.address);
+	nulls[2] = (st.address[0] == '\0');
+	values[3] = CStringGetTextDatum(views_conn_state(st.cmd_state));
+	values[4] = CStringGetTextDatum(views_conn_state(st.sub_state));
+	values[5] = TimestampTzGetDatum(st.cmd_since);
+	nulls[5] = (st.cmd_since == 0);
+	if (pid == 0)
+		nulls[3] = nulls[4] = nulls[5] = true;
+	values[6] = CStringGetTextDatum(st.redis_version);
+	nulls[6] = (pid == 0 || st.redis_version[0] == '\0');
+	values[7] = CStringGetTextDatum(st.redis_role);
+	nulls[7] = (pid == 0 || st.redis_role[0] == '\0');
+	values[8] = Int32GetDatum(st.channels);
+	nulls[8] = (pid == 0);
+	values[9] = Int32GetDatum(in_use);
+	values[10] = Int32GetDatum(rlock_shared->nholds);
+	values[11] = Int32GetDatum(waiting);
+	values[12] = CStringGetTextDatum(st.last_error);
+	nulls[12] = (st.last_error[0] == '\0');
+	values[13] = TimestampTzGetDatum(st.last_error_at);
+	nulls[13] = (st.last_error_at == 0);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
