@@ -34,6 +34,8 @@ ifneq ($(PGXS),)
 include $(PGXS)
 # after PGXS, which sets it empty
 PROVE_FLAGS += -I ./test/perl
+# every file includes the one header: a change to it rebuilds them all
+$(OBJS) $(OBJS:.o=.bc): src/rlock.h
 else
 # "make test" and "make demo" install PostgreSQL themselves when it is missing
 all install installcheck:
