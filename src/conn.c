@@ -22,8 +22,14 @@
  * capped at one second; the back-off starts over only after a connection
  * stayed up for a while, so a server that accepts connections and then
  * drops them (an ACL refusing SUBSCRIBE, say) is not hammered.  Each
- * outage is logged once, and its end once.  A host name is resolved with getaddrinfo_a(),
- * which signals completion with SIGUSR2, so the worker never blocks on DNS.
+ * outage is logged once, and its end once.  A host name is resolved with
+ * getaddrinfo_a(), which signals completion with SIGUSR2, so the worker
+ * never blocks on DNS.
+ *
+ * Each new command connection first closes the previous one on the server
+ * side (CLIENT KILL ID), so that a command still in the network when the
+ * worker gave up on it cannot run after the commands that restate the
+ * counts (see rlock_conn_fence).
  *
  * Replies reach the worker through hiredis callbacks.  Those never raise an
  * error (that would longjmp out of hiredis) and never free a context; a
@@ -540,9 +546,88 @@ rlock_conn_drop(RlockConn *conn, const char *reason)
 }
 
 /*
+ * Part of the command connection's handshake.  Close the previous command
+ * connection on the server side, if Redis still has it, before anything
+ * is sent on this one: a command of the old connection that had not
+ * reached Redis when the worker gave up on it (delayed in the network, or
+ * read by a Redis that was stalled) must not run after the commands that
+ * restate the counts, and once its connection is closed it cannot run at
+ * all.  The previous connection's id is in shared memory, so this covers
+ * a restarted worker too.  Then learn this connection's id.  Both may be
+ * refused by an ACL; the fence is then missing, which is logged once.
+ */
+static void
+rlock_conn_fence(RlockConn *conn)
+{
+	const char *argv[4];
+	size_t		lens[4];
+	char		id[24];
+	int64		previous;
+	RlockCmd   *cmd;
+
+	SpinLockAcquire(&rlock_shared->mutex);
+	previous = rlock_shared->cmd_client_id;
+	SpinLockRelease(&rlock_shared->mutex);
+
+	if (previous > 0)
+	{
+		argv[0] = "CLIENT";
+		argv[1] = "KILL";
+		argv[2] = "ID";
+		argv[3] = id;
+		lens[0] = 6;
+		lens[1] = 4;
+		lens[2] = 2;
+		lens[3] = snprintf(id, sizeof(id), INT64_FORMAT, previous);
+		cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
+		cmd->index = RLOCK_HANDSHAKE_FENCE;
+		(void) rlock_conn_send(conn, cmd, 4, argv, lens);
+	}
+
+	argv[0] = "CLIENT";
+	argv[1] = "ID";
+	lens[0] = 6;
+	lens[1] = 2;
+	cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
+	cmd->index = RLOCK_HANDSHAKE_CLIENT_ID;
+	(void) rlock_conn_send(conn, cmd, 2, argv, lens);
+}
+
+/*
+ * The reply to an optional handshake command.
+ */
+static void
+rlock_optional_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
+{
+	static bool fence_warned = false;
+
+	if (cmd->index == RLOCK_HANDSHAKE_CLIENT_ID)
+	{
+		int64		id = (reply->type == REDIS_REPLY_INTEGER) ?
+		reply->integer : 0;
+
+		SpinLockAcquire(&rlock_shared->mutex);
+		rlock_shared->cmd_client_id = id;
+		SpinLockRelease(&rlock_shared->mutex);
+	}
+	if (reply->type == REDIS_REPLY_ERROR && !fence_warned &&
+		cmd->index != RLOCK_HANDSHAKE_OPTIONAL &&
+		strstr(reply->str, "No such client") == NULL)
+	{
+		fence_warned = true;
+		ereport(LOG,
+				(errmsg("rlock cannot close its earlier connections to Redis at %s on the server side",
+						conn->server->address),
+				 errdetail_internal("%s", reply->str),
+				 errhint("Allow the rlock user CLIENT ID and CLIENT KILL, or a command that was under way when a connection was given up may still run later.")));
+	}
+}
+
+/*
  * hiredis connect callback: the socket is connected (or not).  Send the
  * handshake: AUTH, SELECT, CLIENT SETNAME and, on the command connection,
- * SCRIPT LOAD.  They run in order before anything else we send.
+ * the fence against the previous connection, CLIENT ID and SCRIPT LOAD.
+ * They run in order before anything else we send.
  */
 static void
 rlock_on_connect(const redisAsyncContext *cac, int status)
@@ -629,12 +714,15 @@ rlock_on_connect(const redisAsyncContext *cac, int status)
 		lens[1] = 7;
 		lens[2] = strlen(argv[2]);
 		/* an ACL may forbid CLIENT SETNAME: not a reason to fail */
-		cmd->index = -1;
+		cmd->index = RLOCK_HANDSHAKE_OPTIONAL;
 		(void) rlock_conn_send(conn, cmd, 3, argv, lens);
 	}
 
 	if (!conn->subscriber)
+	{
+		rlock_conn_fence(conn);
 		rlock_scripts_load(conn);
+	}
 }
 
 /*
@@ -713,7 +801,9 @@ rlock_handshake_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
 {
 	if (reply == NULL || conn->failed)
 		return;					/* the first failure is the one to report */
-	if (reply->type == REDIS_REPLY_ERROR && cmd->index != -1)
+	if (cmd->type == RLOCK_CMD_HANDSHAKE && cmd->index < 0)
+		rlock_optional_reply(conn, cmd, reply);
+	else if (reply->type == REDIS_REPLY_ERROR)
 	{
 		snprintf(conn->error, sizeof(conn->error), "%s", reply->str);
 		conn->failed = true;
@@ -763,7 +853,8 @@ rlock_cmd_callback(redisAsyncContext *ac, void *r, void *privdata)
 
 	dlist_delete(&cmd->node);
 	if (reply != NULL && reply->type == REDIS_REPLY_ERROR &&
-		cmd->type != RLOCK_CMD_SERVER_INFO)
+		cmd->type != RLOCK_CMD_SERVER_INFO &&
+		!(cmd->type == RLOCK_CMD_HANDSHAKE && cmd->index < 0))
 	{
 		rlock_count(RLOCK_STAT_REDIS_ERRORS, 1);
 		rlock_status_error(reply->str);
@@ -828,7 +919,8 @@ rlock_sub_callback(redisAsyncContext *ac, void *r, void *privdata)
 		return;
 	}
 	cmd = dlist_container(RlockCmd, node, dlist_pop_head_node(&conn->inflight));
-	if (reply->type == REDIS_REPLY_ERROR)
+	if (reply->type == REDIS_REPLY_ERROR &&
+		!(cmd->type == RLOCK_CMD_HANDSHAKE && cmd->index < 0))
 	{
 		rlock_count(RLOCK_STAT_REDIS_ERRORS, 1);
 		rlock_status_error(reply->str);

@@ -280,6 +280,8 @@ typedef struct RlockShared
 	slock_t		mutex;			/* protects the worker fields */
 	Latch	   *worker_latch;	/* NULL while no worker runs */
 	pid_t		worker_pid;
+	int64		cmd_client_id;	/* Redis CLIENT ID of the latest command
+								 * connection, 0 if unknown */
 
 	char		uuid[RLOCK_UUID_LEN + 1];	/* owner prefix of this instance */
 	pg_atomic_uint64 next_owner_id;
@@ -409,6 +411,11 @@ typedef enum RlockCmdType
 	RLOCK_CMD_SERVER_INFO		/* INFO server (index 0) or ROLE (index 1) */
 } RlockCmdType;
 
+/* Handshake commands whose failure does not fail the connection */
+#define RLOCK_HANDSHAKE_OPTIONAL	(-1)	/* CLIENT SETNAME */
+#define RLOCK_HANDSHAKE_CLIENT_ID	(-2)	/* CLIENT ID: remember it */
+#define RLOCK_HANDSHAKE_FENCE		(-3)	/* CLIENT KILL ID of the last one */
+
 /*
  * A command sent and not yet answered.  Each connection keeps its commands
  * in send order; Redis answers in that order.
@@ -418,8 +425,9 @@ typedef struct RlockCmd
 	dlist_node	node;
 	RlockCmdType type;
 	TimestampTz sent_at;
-	int			index;			/* script (SCRIPT_LOAD); -1 marks a
-								 * handshake command allowed to fail */
+	int			index;			/* script (SCRIPT_LOAD); a negative one
+								 * marks a handshake command allowed to
+								 * fail (RLOCK_HANDSHAKE_*) */
 	int			slot;			/* request commands: slot and request */
 	uint64		seq;
 	int			hold;			/* ACQUIRE, RELEASE: the hold entry */

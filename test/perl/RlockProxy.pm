@@ -1,0 +1,260 @@
+
+=pod
+
+=head1 NAME
+
+RlockProxy - a TCP relay between rlock and Redis that can hold back what
+one client sends, as a network that delays packets would
+
+=head1 SYNOPSIS
+
+  my $proxy = RlockProxy->start($redis->port);
+  # point rlock.port at $proxy->port
+  $proxy->hold('rlock_command');   # bytes from that connection wait here
+  ...                              # rlock gives up on it and reconnects
+  my $fate = $proxy->deliver;      # 'answered' or 'closed'
+  $proxy->stop;
+
+=head1 DESCRIPTION
+
+The relay runs in a child process.  Each client connection gets its own
+connection to Redis.  A connection is known by the name its client gives
+itself with CLIENT SETNAME.  hold($name) makes the relay keep what that
+client sends from then on instead of passing it to Redis; the connection
+to Redis stays open even after the client closes its side, as TCP would
+keep retransmitting.  deliver() sends what was held, followed by a PING,
+and reports whether Redis answered ('answered': the held commands ran)
+or had already closed the connection ('closed': they could not run).
+
+=cut
+
+package RlockProxy;
+
+use strict;
+use warnings;
+
+use IO::Select;
+use IO::Socket::INET;
+use POSIX ();
+use Socket;
+
+sub start
+{
+	my ($class, $upstream) = @_;
+	my $listen = IO::Socket::INET->new(
+		Listen => 16,
+		LocalAddr => '127.0.0.1',
+		LocalPort => 0,
+		Proto => 'tcp',
+		ReuseAddr => 1) or die "relay: cannot listen: $!";
+	socketpair(my $parent, my $child, AF_UNIX, SOCK_STREAM, PF_UNSPEC)
+	  or die "relay: socketpair: $!";
+	my $pid = fork();
+	die "relay: fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		close $parent;
+		_serve($listen, $child, $upstream);
+		POSIX::_exit(0);
+	}
+	close $child;
+	$parent->autoflush(1);
+	my $self = bless {
+		pid => $pid,
+		port => $listen->sockport,
+		ctl => $parent,
+	}, $class;
+	close $listen;
+	return $self;
+}
+
+sub port { $_[0]{port} }
+
+# Send a control line, return the relay's one-line answer (undef after
+# $timeout seconds).
+sub _ask
+{
+	my ($self, $line, $timeout) = @_;
+	print { $self->{ctl} } "$line\n";
+	my $sel = IO::Select->new($self->{ctl});
+	return undef unless $sel->can_read($timeout // 10);
+	my $answer = readline($self->{ctl});
+	chomp $answer if defined $answer;
+	return $answer;
+}
+
+# Hold back from now on what the client named $name sends.  Returns the
+# number of such connections.
+sub hold
+{
+	my ($self, $name) = @_;
+	return $self->_ask("hold $name");
+}
+
+# Deliver what was held; 'answered', 'closed', or 'none' if nothing was
+# held.
+sub deliver
+{
+	my ($self, $timeout) = @_;
+	return $self->_ask('deliver', $timeout);
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'TERM', $self->{pid};
+	waitpid($self->{pid}, 0);
+	delete $self->{pid};
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	local $?;
+	$self->stop;
+}
+
+# The relay's loop, in the child.
+sub _serve
+{
+	my ($listen, $ctl, $upstream) = @_;
+	my @conns;			# { c, s, name, holding, held, cdone, sdone, probing }
+	my $probe;			# the connection whose delivery is being watched
+
+	$SIG{TERM} = sub { POSIX::_exit(0) };
+	$ctl->autoflush(1);
+
+	my $report = sub { print {$ctl} "$_[0]\n" };
+
+	for (;;)
+	{
+		my $sel = IO::Select->new($listen, $ctl);
+		for my $k (@conns)
+		{
+			$sel->add($k->{c}) unless $k->{cdone};
+			$sel->add($k->{s}) unless $k->{sdone};
+		}
+		for my $fh ($sel->can_read)
+		{
+			if ($fh == $listen)
+			{
+				my $c = $listen->accept or next;
+				my $s = IO::Socket::INET->new(
+					PeerAddr => '127.0.0.1',
+					PeerPort => $upstream,
+					Proto => 'tcp');
+				if (!$s)
+				{
+					close $c;
+					next;
+				}
+				push @conns, { c => $c, s => $s, name => '', held => '' };
+				next;
+			}
+			if ($fh == $ctl)
+			{
+				my $line = readline($ctl);
+				POSIX::_exit(0) unless defined $line;
+				chomp $line;
+				if ($line =~ /^hold (\S+)$/)
+				{
+					my $n = 0;
+					for my $k (@conns)
+					{
+						next unless $k->{name} eq $1 && !$k->{cdone};
+						$k->{holding} = 1;
+						$n++;
+					}
+					$report->($n);
+				}
+				elsif ($line eq 'deliver')
+				{
+					my ($k) = grep { $_->{holding} } @conns;
+					if (!$k)
+					{
+						$report->('none');
+						next;
+					}
+					$k->{holding} = 0;
+					if ($k->{sdone})
+					{
+						$report->('closed');
+						next;
+					}
+					my $out = $k->{held} . "*1\r\n\$4\r\nPING\r\n";
+					$k->{held} = '';
+					if (!defined syswrite($k->{s}, $out))
+					{
+						$report->('closed');
+						next;
+					}
+					$probe = $k;
+				}
+				next;
+			}
+
+			my ($k) = grep { $_->{c} == $fh || $_->{s} == $fh } @conns;
+			next unless $k;
+			my $buf = '';
+			my $got = sysread($fh, $buf, 65536);
+			if ($fh == $k->{c})
+			{
+				if (!$got)
+				{
+					# the client is gone; a held connection stays open
+					$k->{cdone} = 1;
+					close $k->{c};
+					unless ($k->{holding})
+					{
+						$k->{sdone} = 1;
+						close $k->{s};
+					}
+				}
+				else
+				{
+					$k->{name} = $1
+					  if $k->{name} eq '' && $buf =~ /(rlock_\w+)/;
+					if ($k->{holding})
+					{
+						$k->{held} .= $buf;
+					}
+					else
+					{
+						syswrite($k->{s}, $buf);
+					}
+				}
+			}
+			else
+			{
+				if (!$got)
+				{
+					$k->{sdone} = 1;
+					close $k->{s};
+					if (defined $probe && $probe == $k)
+					{
+						$report->('closed');
+						undef $probe;
+					}
+					unless ($k->{cdone})
+					{
+						$k->{cdone} = 1;
+						close $k->{c};
+					}
+				}
+				elsif (defined $probe && $probe == $k)
+				{
+					$report->('answered');
+					undef $probe;
+				}
+				elsif (!$k->{cdone})
+				{
+					syswrite($k->{c}, $buf);
+				}
+			}
+			@conns = grep { !($_->{cdone} && $_->{sdone}) || $_->{holding} } @conns;
+		}
+	}
+}
+
+1;
