@@ -135,6 +135,22 @@ static TimestampTz release_warned_at = 0;
 /* Repeat a warning about refused releases at most this often */
 #define RLOCK_WARN_INTERVAL_MS	10000
 
+/*
+ * Stopping.  SIGTERM (a shutdown, or pg_terminate_backend) does not end
+ * the worker at once: sessions ending in the same shutdown hand their
+ * releases to it, and an explicit lease would keep a lock that nobody
+ * released for its whole length.  So the worker answers every request
+ * with SHUTDOWN, then keeps sending releases until none is left to send
+ * or to hear about and no session pins an entry any more, for at most
+ * RLOCK_STOP_PINS_MS of waiting for sessions and rlock.command_timeout in
+ * all.
+ */
+#define RLOCK_STOP_PINS_MS		500
+static volatile sig_atomic_t stop_requested = false;
+static bool stopping = false;
+static TimestampTz stop_pins_by = 0;
+static TimestampTz stop_by = 0;
+
 /*---- timers ----*/
 
 static int
@@ -1173,6 +1189,13 @@ worker_take_slot(int slot)
 	if (state != RLOCK_SLOT_PENDING)
 		return;
 
+	if (stopping)
+	{
+		(void) worker_answer(slot, seq, RLOCK_STATUS_SHUTDOWN, 0,
+							 "The rlock background worker is shutting down.");
+		return;
+	}
+
 	if (taken.hold >= 0 && !worker_hold_count_in(taken.hold, hold_generation))
 	{
 		/* the entry is gone, so its backend gave the request up already */
@@ -1273,6 +1296,67 @@ worker_next_timer(void)
 }
 
 /*---- start and exit ----*/
+
+static void
+worker_sigterm(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	stop_requested = true;
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
+
+/*
+ * SIGTERM came: answer every request, and start the last round of
+ * releases.
+ */
+static void
+worker_begin_stop(TimestampTz now)
+{
+	int			i;
+
+	stopping = true;
+	stop_pins_by = TimestampTzPlusMilliseconds(now, RLOCK_STOP_PINS_MS);
+	stop_by = TimestampTzPlusMilliseconds(now,
+										  Max(rlock_command_timeout,
+											  RLOCK_STOP_PINS_MS));
+	for (i = 0; i < rlock_shared->nslots; i++)
+	{
+		if (reqs[i].state != REQ_NONE)
+			worker_complete(&reqs[i], RLOCK_STATUS_SHUTDOWN, 0,
+							"The rlock background worker exited.");
+	}
+}
+
+/*
+ * May the stopping worker exit: is every release sent and answered, and
+ * no entry pinned by a session (one that may still hand back its holds)?
+ */
+static bool
+worker_may_stop(TimestampTz now)
+{
+	int			i;
+
+	if (now >= stop_by)
+		return true;
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+		bool		busy;
+
+		SpinLockAcquire(&h->mutex);
+		busy = h->in_use &&
+			((h->pinned && now < stop_pins_by) ||
+			 h->to_release > 0 || h->unacked > 0 || h->queued ||
+			 h->acquiring ||
+			 (h->resync && rlock_cmd_conn()->state == RLOCK_CONN_READY));
+		SpinLockRelease(&h->mutex);
+		if (busy)
+			return false;
+	}
+	return true;
+}
 
 /*
  * A previous worker may have died with commands on the wire or entries
@@ -1382,7 +1466,7 @@ void
 rlock_worker_main(Datum main_arg)
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
+	pqsignal(SIGTERM, worker_sigterm);
 	BackgroundWorkerUnblockSignals();
 
 	/* no database: this only makes the worker visible in pg_stat_activity */
@@ -1412,6 +1496,13 @@ rlock_worker_main(Datum main_arg)
 		}
 
 		now = GetCurrentTimestamp();
+		if (stop_requested && !stopping)
+			worker_begin_stop(now);
+		if (stopping && worker_may_stop(now))
+			ereport(FATAL,
+					(errcode(ERRCODE_ADMIN_SHUTDOWN),
+					 errmsg("terminating background worker \"%s\" due to administrator command",
+							MyBgworkerEntry->bgw_type)));
 		rlock_conn_keepalive(nwaiting > 0);
 		rlock_conn_tick(now);
 		worker_drain_ring();
@@ -1423,6 +1514,9 @@ rlock_worker_main(Datum main_arg)
 
 		next = Min(Min(rlock_conn_next_tick(), worker_next_timer()),
 				   rlock_renew_next());
+		if (stopping)
+			next = Min(next, now < stop_pins_by ?
+					   TimestampTzPlusMilliseconds(now, 20) : stop_by);
 		if (next == DT_NOEND)
 			timeout = -1;
 		else
