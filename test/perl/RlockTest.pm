@@ -163,19 +163,26 @@ sub count_active
 		  . ") AND state = 'active'");
 }
 
-# Watch the lease of $key until the key is gone, for at most $seconds;
-# true if it went without ever being renewed (its TTL only went down).
+# Watch the leases of $keys (one key, or a reference to a list of them)
+# until all are gone, for at most $seconds; true if they went without ever
+# being renewed (their TTLs only went down).
 sub expires_unrenewed
 {
-	my ($redis, $key, $seconds) = @_;
-	my $prev = $redis->cmd('PTTL', $key);
+	my ($redis, $keys, $seconds) = @_;
+	my @keys = ref $keys ? @$keys : ($keys);
+	my %prev = map { $_ => $redis->cmd('PTTL', $_) } @keys;
 	my $renewed = 0;
 	my $gone = wait_until(
 		sub {
-			my $now = $redis->cmd('PTTL', $key);
-			$renewed = 1 if $now > $prev + 50;
-			$prev = $now;
-			return $now == -2 || $renewed;
+			my $left = 0;
+			for my $key (@keys)
+			{
+				my $now = $redis->cmd('PTTL', $key);
+				$renewed = 1 if $now > $prev{$key} + 50;
+				$prev{$key} = $now;
+				$left++ if $now != -2;
+			}
+			return $left == 0 || $renewed;
 		},
 		$seconds);
 	return $gone && !$renewed;
