@@ -163,6 +163,15 @@ sub count_active
 		  . ") AND state = 'active'");
 }
 
+# Is the IPC::Run harness $h still running?  Collects its output so far.
+sub still_running
+{
+	my ($h) = @_;
+	return 0 unless $h->pumpable;
+	eval { $h->pump_nb };
+	return $h->pumpable;
+}
+
 # Watch the leases of $keys (one key, or a reference to a list of them)
 # until all are gone, for at most $seconds; true if they went without ever
 # being renewed (their TTLs only went down).

@@ -160,7 +160,7 @@ kill 'KILL', RlockTest::worker_pid($node);
 $t0 = time;
 ok( RlockTest::wait_until(
 		sub {
-			!grep { $_->{h}->pump_nb; $_->{h}->pumpable } values %psql;
+			!grep { RlockTest::still_running($_->{h}) } values %psql;
 		},
 		10),
 	'both backends end when the worker is killed');
