@@ -300,8 +300,7 @@ typedef enum RlockCmdType
 	RLOCK_CMD_RENEW,			/* renewal script for a batch of entries */
 	RLOCK_CMD_VERIFY,			/* verify script for a batch of a request */
 	RLOCK_CMD_SUBSCRIBE,		/* expects one subscribe confirmation */
-	RLOCK_CMD_UNSUBSCRIBE,		/* expects one unsubscribe confirmation */
-	RLOCK_CMD_PING				/* checks that an idle connection is alive */
+	RLOCK_CMD_UNSUBSCRIBE		/* expects one unsubscribe confirmation */
 } RlockCmdType;
 
 /*

@@ -11,8 +11,7 @@
  *	3. fires due timers: waits that ran out, TTL-bounded retries,
  *	   requests that found no connection in time, refused releases to try
  *	   again;
- *	4. sends the pending requests and, when due, the watchdog renewals
- *	   and the liveness PING that lets waiters notice a dead Redis;
+ *	4. sends the pending requests and, when due, the watchdog renewals;
  *	5. flushes: everything queued in this pass goes out in one write;
  *	6. sleeps on the one WaitEventSet until the latch, a socket or the next
  *	   deadline, and lets hiredis run the reply callbacks.
@@ -120,19 +119,6 @@ static char *channel_buf;		/* room for any channel name */
 static uint64 releases_sent = 0;
 static uint64 release_marks[RLOCK_RELEASE_MARKS];
 
-/*
- * Requests waiting for a lock can leave the command connection idle until
- * the lock's TTL: a Redis that stops answering without closing the
- * connection (a host that died, a network cut, a stopped process) would
- * go unnoticed that long, and the waiters with it.  While requests wait, a
- * PING goes out whenever the connection has been idle for a quarter of
- * rlock.command_timeout, so that the command timeout catches a dead server
- * and the waiters fail with it.
- */
-static int	nwaiting = 0;		/* ACQUIRE requests WAITING */
-static TimestampTz idle_since = 0;	/* nothing on the wire since, 0 = busy */
-#define RLOCK_PING_DIVISOR		4
-
 /* Releases Redis refused for a passing reason are sent again at this time */
 static TimestampTz resync_at = 0;
 
@@ -202,8 +188,6 @@ worker_set_state(WorkerReq *req, ReqState state)
 								req->op != RLOCK_OP_ACQUIRE);
 
 	nparked += (int) parked_after - (int) parked_before;
-	nwaiting += (int) (state == REQ_WAITING && req->op == RLOCK_OP_ACQUIRE) -
-		(int) (req->state == REQ_WAITING && req->op == RLOCK_OP_ACQUIRE);
 	req->state = state;
 }
 
@@ -1061,7 +1045,6 @@ rlock_worker_reply(RlockConn *conn, RlockCmd *cmd, void *reply)
 			break;
 		case RLOCK_CMD_HANDSHAKE:
 		case RLOCK_CMD_SCRIPT_LOAD:
-		case RLOCK_CMD_PING:
 			break;
 	}
 }
@@ -1253,44 +1236,6 @@ worker_next_timer(void)
 										   pairingheap_first(timers))->timer_at);
 }
 
-/*---- liveness ----*/
-
-/*
- * When the next liveness PING is due, DT_NOEND if none is: only while
- * requests wait and the command connection has nothing on the wire.  The
- * idle period starts when it is first seen, at "now".
- */
-static TimestampTz
-worker_next_ping(TimestampTz now)
-{
-	RlockConn  *conn = rlock_cmd_conn();
-
-	if (nwaiting == 0 || conn->state != RLOCK_CONN_READY ||
-		!dlist_is_empty(&conn->inflight))
-	{
-		idle_since = 0;
-		return DT_NOEND;
-	}
-	if (idle_since == 0)
-		idle_since = now;
-	return TimestampTzPlusMilliseconds(idle_since,
-									   Max(rlock_command_timeout /
-										   RLOCK_PING_DIVISOR, 1));
-}
-
-static void
-worker_ping_tick(TimestampTz now)
-{
-	const char *argv[1] = {"PING"};
-	size_t		lens[1] = {4};
-
-	if (now < worker_next_ping(now))
-		return;
-	idle_since = 0;
-	(void) rlock_conn_send(rlock_cmd_conn(), rlock_cmd_new(RLOCK_CMD_PING),
-						   1, argv, lens);
-}
-
 /*---- start and exit ----*/
 
 /*
@@ -1436,11 +1381,10 @@ rlock_worker_main(Datum main_arg)
 		worker_fire_timers(now);
 		worker_send_pending();
 		rlock_renew_tick(now);
-		worker_ping_tick(now);
 		rlock_conn_flush();
 
 		next = Min(Min(rlock_conn_next_tick(), worker_next_timer()),
-				   Min(rlock_renew_next(), worker_next_ping(now)));
+				   rlock_renew_next());
 		if (next == DT_NOEND)
 			timeout = -1;
 		else
