@@ -121,6 +121,82 @@ sub wait_for_redis
 		$seconds);
 }
 
+# Start $sql in a background_psql session (opened with on_error_stop =>
+# 0) without waiting for it to end; collect() gets its outcome.
+sub send_query
+{
+	my ($psql, $sql) = @_;
+	$psql->query_until(qr/rlocktest: sent\n/, "\\echo rlocktest: sent\n$sql\n");
+}
+
+# Wait for what send_query started to end; returns its output and its
+# error output, and clears both from the session.
+sub collect
+{
+	my ($psql) = @_;
+	my $out = $psql->query('');
+	my $err = $psql->{stderr};
+	$psql->{stderr} = '';
+	return ($out, $err);
+}
+
+# How many of the backends @pids run a statement that waits for the
+# worker (wait event type Extension).
+sub count_waiting
+{
+	my ($node, @pids) = @_;
+	return 0 unless @pids;
+	return $node->safe_psql('postgres',
+		'SELECT count(*) FROM pg_stat_activity WHERE pid IN ('
+		  . join(',', @pids)
+		  . ") AND state = 'active' AND wait_event_type = 'Extension'");
+}
+
+# How many of the backends @pids still run a statement.
+sub count_active
+{
+	my ($node, @pids) = @_;
+	return 0 unless @pids;
+	return $node->safe_psql('postgres',
+		'SELECT count(*) FROM pg_stat_activity WHERE pid IN ('
+		  . join(',', @pids)
+		  . ") AND state = 'active'");
+}
+
+# Is the IPC::Run harness $h still running?  Collects its output so far.
+sub still_running
+{
+	my ($h) = @_;
+	return 0 unless $h->pumpable;
+	eval { $h->pump_nb };
+	return $h->pumpable;
+}
+
+# Watch the leases of $keys (one key, or a reference to a list of them)
+# until all are gone, for at most $seconds; true if they went without ever
+# being renewed (their TTLs only went down).
+sub expires_unrenewed
+{
+	my ($redis, $keys, $seconds) = @_;
+	my @keys = ref $keys ? @$keys : ($keys);
+	my %prev = map { $_ => $redis->cmd('PTTL', $_) } @keys;
+	my $renewed = 0;
+	my $gone = wait_until(
+		sub {
+			my $left = 0;
+			for my $key (@keys)
+			{
+				my $now = $redis->cmd('PTTL', $key);
+				$renewed = 1 if $now > $prev{$key} + 50;
+				$prev{$key} = $now;
+				$left++ if $now != -2;
+			}
+			return $left == 0 || $renewed;
+		},
+		$seconds);
+	return $gone && !$renewed;
+}
+
 # Free a loopback TCP port.
 sub free_port
 {
@@ -204,6 +280,28 @@ sub subscribers
 	my $channel = 'redisson_lock__channel:'
 	  . ($key =~ /\{/ ? $key : "{$key}");
 	return $self->cmd('PUBSUB', 'NUMSUB', $channel)->[1];
+}
+
+# The id of the client connection named $name (CLIENT SETNAME), or undef.
+sub client_id
+{
+	my ($self, $name) = @_;
+	for my $line (split /\n/, $self->cmd('CLIENT', 'LIST'))
+	{
+		return $1 if $line =~ /^id=(\d+) .* name=\Q$name\E /;
+	}
+	return undef;
+}
+
+# A connection that sees every command Redis runs (MONITOR); read it with
+# RlockTest::Resp::drain.
+sub monitor
+{
+	my ($self) = @_;
+	my $conn = RlockTest::Resp->connect($self->{port});
+	my $ok = $conn->call('MONITOR');
+	die "MONITOR refused" unless defined $ok && $ok eq 'OK';
+	return $conn;
 }
 
 # A new connection of its own (for SUBSCRIBE, or to keep a reply order).
@@ -355,6 +453,21 @@ sub read_reply
 		return [ map { $self->read_reply($deadline - time) } 1 .. $rest ];
 	}
 	die "unexpected reply line: $line\n";
+}
+
+# Every reply that arrives until none has for $quiet seconds (for a
+# MONITOR connection: one line per command Redis ran).
+sub drain
+{
+	my ($self, $quiet) = @_;
+	my @replies;
+	while (1)
+	{
+		my $reply = eval { $self->read_reply($quiet) };
+		last unless defined $reply;
+		push @replies, $reply;
+	}
+	return @replies;
 }
 
 # Wait up to $timeout seconds for a published message; returns
