@@ -140,27 +140,33 @@ sub collect
 	return ($out, $err);
 }
 
-# How many of the backends @pids run a statement that waits for the
-# worker (wait event type Extension).
-sub count_waiting
+# How many of the backends @pids run a statement (state active), and with
+# $waiting, one that waits for the worker (wait event type Extension).
+sub _count_backends
 {
-	my ($node, @pids) = @_;
+	my ($node, $waiting, @pids) = @_;
 	return 0 unless @pids;
 	return $node->safe_psql('postgres',
 		'SELECT count(*) FROM pg_stat_activity WHERE pid IN ('
 		  . join(',', @pids)
-		  . ") AND state = 'active' AND wait_event_type = 'Extension'");
+		  . ") AND state = 'active'"
+		  . ($waiting ? " AND wait_event_type = 'Extension'" : ''));
 }
 
-# How many of the backends @pids still run a statement.
-sub count_active
+sub count_waiting { my $node = shift; return _count_backends($node, 1, @_) }
+sub count_active { my $node = shift; return _count_backends($node, 0, @_) }
+
+# Wait until the node runs a worker other than the one with pid $old;
+# returns whether it did within $seconds.
+sub wait_for_new_worker
 {
-	my ($node, @pids) = @_;
-	return 0 unless @pids;
-	return $node->safe_psql('postgres',
-		'SELECT count(*) FROM pg_stat_activity WHERE pid IN ('
-		  . join(',', @pids)
-		  . ") AND state = 'active'");
+	my ($node, $old, $seconds) = @_;
+	return wait_until(
+		sub {
+			my $pid = worker_pid($node);
+			return $pid ne '' && $pid ne $old;
+		},
+		$seconds // 10);
 }
 
 # Is the IPC::Run harness $h still running?  Collects its output so far.

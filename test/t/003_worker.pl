@@ -14,18 +14,6 @@ my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('worker', $redis,
 	conf => [ "rlock.watchdog_timeout = '3s'", 'restart_after_crash = on' ]);
 
-# Wait until a worker other than $old_pid runs.
-sub new_worker
-{
-	my ($old_pid) = @_;
-	return RlockTest::wait_until(
-		sub {
-			my $pid = RlockTest::worker_pid($node);
-			$pid ne '' && $pid ne $old_pid;
-		},
-		10);
-}
-
 is( $node->safe_psql('postgres',
 		"SELECT backend_type, datname IS NULL, wait_event_type FROM pg_stat_activity WHERE backend_type = 'rlock worker'"
 	),
@@ -52,7 +40,7 @@ $w->query("SELECT 'next'");
 like($w->{stderr}, qr/ERROR:  55000: rlock background worker is not running/,
 	'the waiting backend gets 55000 instead of hanging');
 $w->{stderr} = '';
-ok(new_worker($old_pid), 'the postmaster starts a new worker');
+ok(RlockTest::wait_for_new_worker($node, $old_pid), 'the postmaster starts a new worker');
 ok(RlockTest::wait_for_redis($node, 10), 'which serves requests');
 is_deeply($redis->cmd('HKEYS', 'wk:busy'), [$foreign],
 	'the abandoned wait took nothing');
@@ -66,7 +54,7 @@ $h->query_safe("BEGIN");
 $h->query_safe("SELECT rlock_try('wk:kept')");
 $old_pid = RlockTest::worker_pid($node);
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
-ok(new_worker($old_pid),
+ok(RlockTest::wait_for_new_worker($node, $old_pid),
 	'the worker restarted while a transaction held a lock');
 ok(RlockTest::wait_for_renewal($redis, 'wk:kept', 10),
 	'the new worker renews the lease of that hold');

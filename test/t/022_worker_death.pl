@@ -89,12 +89,7 @@ for my $s ($s1, $s2, $s3)
 }
 $redis->thaw;
 
-ok( RlockTest::wait_until(
-		sub {
-			my $pid = RlockTest::worker_pid($node);
-			$pid ne '' && $pid ne $old;
-		},
-		10),
+ok( RlockTest::wait_for_new_worker($node, $old),
 	'the postmaster starts a new worker');
 ok(RlockTest::wait_for_redis($node, 10), 'which serves requests');
 my @late = scripts_for('wd:late', $mon->drain(0.3));

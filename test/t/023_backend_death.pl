@@ -80,12 +80,7 @@ ok( RlockTest::wait_for_renewal($redis, 'bd:kill:s', 5)
 kill 'KILL', $kpid;
 ok($node->poll_query_until('postgres', 'SELECT true'),
 	'the cluster restarts after a backend was killed');
-ok( RlockTest::wait_until(
-		sub {
-			my $pid = RlockTest::worker_pid($node);
-			$pid ne '' && $pid ne $worker;
-		},
-		10),
+ok( RlockTest::wait_for_new_worker($node, $worker),
 	'and a new worker');
 my @keys = sort keys %owner;
 ok( RlockTest::expires_unrenewed($redis, \@keys, 8),
