@@ -546,43 +546,52 @@ rlock_conn_drop(RlockConn *conn, const char *reason)
 }
 
 /*
- * Part of the command connection's handshake.  Close the previous command
- * connection on the server side, if Redis still has it, before anything
- * is sent on this one: a command of the old connection that had not
- * reached Redis when the worker gave up on it (delayed in the network, or
- * read by a Redis that was stalled) must not run after the commands that
- * restate the counts, and once its connection is closed it cannot run at
- * all.  The previous connection's id is in shared memory, so this covers
- * a restarted worker too.  Then learn this connection's id.  Both may be
- * refused by an ACL; the fence is then missing, which is logged once.
+ * Pull "name:value" out of an INFO reply into buf.  False if absent.
+ */
+static bool
+rlock_info_field(const char *info, const char *name, char *buf, size_t size)
+{
+	size_t		namelen = strlen(name);
+	const char *line = info;
+
+	while (line != NULL && *line != '\0')
+	{
+		if (strncmp(line, name, namelen) == 0 && line[namelen] == ':')
+		{
+			const char *value = line + namelen + 1;
+
+			snprintf(buf, size, "%.*s", (int) strcspn(value, "\r\n"), value);
+			return true;
+		}
+		line = strchr(line, '\n');
+		if (line != NULL)
+			line++;
+	}
+	return false;
+}
+
+/*
+ * Part of the command connection's handshake: ask which server this is
+ * (INFO server gives its version and its run_id, which names the server
+ * process) and this connection's CLIENT ID.  The fence against the
+ * previous connection follows from the INFO reply.
  */
 static void
-rlock_conn_fence(RlockConn *conn)
+rlock_conn_identify(RlockConn *conn)
 {
-	const char *argv[4];
-	size_t		lens[4];
-	char		id[24];
-	int64		previous;
+	const char *argv[2];
+	size_t		lens[2];
 	RlockCmd   *cmd;
 
-	SpinLockAcquire(&rlock_shared->mutex);
-	previous = rlock_shared->cmd_client_id;
-	SpinLockRelease(&rlock_shared->mutex);
-
-	if (previous > 0)
-	{
-		argv[0] = "CLIENT";
-		argv[1] = "KILL";
-		argv[2] = "ID";
-		argv[3] = id;
-		lens[0] = 6;
-		lens[1] = 4;
-		lens[2] = 2;
-		lens[3] = snprintf(id, sizeof(id), INT64_FORMAT, previous);
-		cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
-		cmd->index = RLOCK_HANDSHAKE_FENCE;
-		(void) rlock_conn_send(conn, cmd, 4, argv, lens);
-	}
+	conn->run_id[0] = '\0';
+	redis_version[0] = '\0';
+	argv[0] = "INFO";
+	argv[1] = "server";
+	lens[0] = 4;
+	lens[1] = 6;
+	cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
+	cmd->index = RLOCK_HANDSHAKE_INFO;
+	(void) rlock_conn_send(conn, cmd, 2, argv, lens);
 
 	argv[0] = "CLIENT";
 	argv[1] = "ID";
@@ -594,6 +603,54 @@ rlock_conn_fence(RlockConn *conn)
 }
 
 /*
+ * Close the previous command connection on the server side, if Redis
+ * still has it, before anything but the handshake is sent on this one: a
+ * command of the old connection that had not reached Redis when the worker
+ * gave up on it (delayed in the network, or read by a Redis that was
+ * stalled) must not run after the commands that restate the counts, and
+ * once its connection is closed it cannot run at all.  The previous
+ * connection's id is in shared memory, so this covers a restarted worker
+ * too.
+ *
+ * A client id means something only to the server process that gave it:
+ * a restarted Redis, a promoted replica or another server after a change
+ * of settings numbers its clients afresh, and the id may belong to some
+ * other application there.  So the id is used only when this connection
+ * reached the same server process, known by its run_id.  Sent from the
+ * INFO reply, the kill still goes out before the handshake ends.
+ */
+static void
+rlock_conn_fence(RlockConn *conn)
+{
+	const char *argv[4];
+	size_t		lens[4];
+	char		id[24];
+	int64		previous;
+	bool		same_server;
+	RlockCmd   *cmd;
+
+	SpinLockAcquire(&rlock_shared->mutex);
+	previous = rlock_shared->cmd_client_id;
+	same_server = (conn->run_id[0] != '\0' &&
+				   strcmp(rlock_shared->cmd_run_id, conn->run_id) == 0);
+	SpinLockRelease(&rlock_shared->mutex);
+
+	if (previous <= 0 || !same_server)
+		return;
+	argv[0] = "CLIENT";
+	argv[1] = "KILL";
+	argv[2] = "ID";
+	argv[3] = id;
+	lens[0] = 6;
+	lens[1] = 4;
+	lens[2] = 2;
+	lens[3] = snprintf(id, sizeof(id), INT64_FORMAT, previous);
+	cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
+	cmd->index = RLOCK_HANDSHAKE_FENCE;
+	(void) rlock_conn_send(conn, cmd, 4, argv, lens);
+}
+
+/*
  * The reply to an optional handshake command.
  */
 static void
@@ -601,13 +658,28 @@ rlock_optional_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
 {
 	static bool fence_warned = false;
 
-	if (cmd->index == RLOCK_HANDSHAKE_CLIENT_ID)
+	if (cmd->index == RLOCK_HANDSHAKE_INFO &&
+		(reply->type == REDIS_REPLY_STRING ||
+		 reply->type == REDIS_REPLY_STATUS))
+	{
+		(void) rlock_info_field(reply->str, "redis_version",
+								redis_version, sizeof(redis_version));
+		if (!rlock_info_field(reply->str, "run_id",
+							  conn->run_id, sizeof(conn->run_id)))
+			conn->run_id[0] = '\0';
+		status_dirty = true;
+		rlock_conn_fence(conn);
+	}
+	else if (cmd->index == RLOCK_HANDSHAKE_CLIENT_ID)
 	{
 		int64		id = (reply->type == REDIS_REPLY_INTEGER) ?
 		reply->integer : 0;
 
+		/* without the server's name the id cannot be used safely */
 		SpinLockAcquire(&rlock_shared->mutex);
-		rlock_shared->cmd_client_id = id;
+		rlock_shared->cmd_client_id = (conn->run_id[0] != '\0') ? id : 0;
+		strlcpy(rlock_shared->cmd_run_id, conn->run_id,
+				sizeof(rlock_shared->cmd_run_id));
 		SpinLockRelease(&rlock_shared->mutex);
 	}
 	if (reply->type == REDIS_REPLY_ERROR && !fence_warned &&
@@ -619,15 +691,16 @@ rlock_optional_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
 				(errmsg("rlock cannot close its earlier connections to Redis at %s on the server side",
 						conn->server->address),
 				 errdetail_internal("%s", reply->str),
-				 errhint("Allow the rlock user CLIENT ID and CLIENT KILL, or a command that was under way when a connection was given up may still run later.")));
+				 errhint("Allow the rlock user INFO, CLIENT ID and CLIENT KILL, or a command that was under way when a connection was given up may still run later.")));
 	}
 }
 
 /*
  * hiredis connect callback: the socket is connected (or not).  Send the
  * handshake: AUTH, SELECT, CLIENT SETNAME and, on the command connection,
- * the fence against the previous connection, CLIENT ID and SCRIPT LOAD.
- * They run in order before anything else we send.
+ * INFO server, CLIENT ID and SCRIPT LOAD, then (from the INFO reply) the
+ * fence against the previous connection.  They all run before anything
+ * else we send.
  */
 static void
 rlock_on_connect(const redisAsyncContext *cac, int status)
@@ -720,7 +793,7 @@ rlock_on_connect(const redisAsyncContext *cac, int status)
 
 	if (!conn->subscriber)
 	{
-		rlock_conn_fence(conn);
+		rlock_conn_identify(conn);
 		rlock_scripts_load(conn);
 	}
 }
@@ -740,54 +813,30 @@ rlock_on_disconnect(const redisAsyncContext *ac, int status)
 }
 
 /*
- * Ask the server for its version and role, for rlock_status().  An ACL may
- * refuse either: they are then shown as unknown.
+ * Ask the server for its role, for rlock_status() (its version came with
+ * the handshake).  An ACL may refuse it: the role is then shown as
+ * unknown.
  */
 static void
-rlock_conn_ask_server(RlockConn *conn)
+rlock_conn_ask_role(RlockConn *conn)
 {
-	const char *info[2] = {"INFO", "server"};
 	const char *role[1] = {"ROLE"};
-	size_t		info_lens[2] = {4, 6};
 	size_t		role_lens[1] = {4};
-	RlockCmd   *cmd;
 
-	redis_version[0] = '\0';
 	redis_role[0] = '\0';
-	cmd = rlock_cmd_new(RLOCK_CMD_SERVER_INFO);
-	cmd->index = 0;
-	(void) rlock_conn_send(conn, cmd, 2, info, info_lens);
-	cmd = rlock_cmd_new(RLOCK_CMD_SERVER_INFO);
-	cmd->index = 1;
-	(void) rlock_conn_send(conn, cmd, 1, role, role_lens);
+	(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_SERVER_INFO),
+						   1, role, role_lens);
 }
 
 /*
- * The answer to INFO server (the redis_version line) or to ROLE (an array
- * whose first element names the role).
+ * The answer to ROLE: an array whose first element names the role.
  */
 static void
-rlock_server_info_reply(RlockCmd *cmd, redisReply *reply)
+rlock_role_reply(redisReply *reply)
 {
-	if (reply == NULL)
-		return;
-	if (cmd->index == 0 && (reply->type == REDIS_REPLY_STRING ||
-							reply->type == REDIS_REPLY_STATUS))
-	{
-		const char *line = strstr(reply->str, "redis_version:");
-
-		if (line != NULL)
-		{
-			int			len;
-
-			line += strlen("redis_version:");
-			len = strcspn(line, "\r\n");
-			snprintf(redis_version, sizeof(redis_version), "%.*s", len, line);
-		}
-	}
-	else if (cmd->index == 1 && reply->type == REDIS_REPLY_ARRAY &&
-			 reply->elements > 0 &&
-			 reply->element[0]->type == REDIS_REPLY_STRING)
+	if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+		reply->elements > 0 &&
+		reply->element[0]->type == REDIS_REPLY_STRING)
 		strlcpy(redis_role, reply->element[0]->str, sizeof(redis_role));
 	status_dirty = true;
 }
@@ -829,7 +878,7 @@ rlock_handshake_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
 			rlock_count(RLOCK_STAT_RECONNECTS, 1);
 		conn->ever_ready = true;
 		if (!conn->subscriber)
-			rlock_conn_ask_server(conn);
+			rlock_conn_ask_role(conn);
 		if (!conn->ready_logged)
 		{
 			ereport(LOG,
@@ -866,7 +915,7 @@ rlock_cmd_callback(redisAsyncContext *ac, void *r, void *privdata)
 			rlock_handshake_reply(conn, cmd, reply);
 			break;
 		case RLOCK_CMD_SERVER_INFO:
-			rlock_server_info_reply(cmd, reply);
+			rlock_role_reply(reply);
 			break;
 		case RLOCK_CMD_PING:
 			break;

@@ -30,6 +30,9 @@
 /* Length of a canonical textual UUID, without the terminator */
 #define RLOCK_UUID_LEN		36
 
+/* Redis names a server process by 40 hex digits (INFO server, run_id) */
+#define RLOCK_RUN_ID_LEN	40
+
 /* Room for an error text handed from the worker to a backend */
 #define RLOCK_DETAIL_LEN	512
 
@@ -282,6 +285,8 @@ typedef struct RlockShared
 	pid_t		worker_pid;
 	int64		cmd_client_id;	/* Redis CLIENT ID of the latest command
 								 * connection, 0 if unknown */
+	char		cmd_run_id[RLOCK_RUN_ID_LEN + 1];	/* run_id of the Redis
+													 * server that gave it */
 
 	char		uuid[RLOCK_UUID_LEN + 1];	/* owner prefix of this instance */
 	pg_atomic_uint64 next_owner_id;
@@ -408,13 +413,14 @@ typedef enum RlockCmdType
 	RLOCK_CMD_SUBSCRIBE,		/* expects one subscribe confirmation */
 	RLOCK_CMD_UNSUBSCRIBE,		/* expects one unsubscribe confirmation */
 	RLOCK_CMD_PING,				/* keeps an idle connection checked */
-	RLOCK_CMD_SERVER_INFO		/* INFO server (index 0) or ROLE (index 1) */
+	RLOCK_CMD_SERVER_INFO		/* ROLE, for rlock_status() */
 } RlockCmdType;
 
 /* Handshake commands whose failure does not fail the connection */
 #define RLOCK_HANDSHAKE_OPTIONAL	(-1)	/* CLIENT SETNAME */
 #define RLOCK_HANDSHAKE_CLIENT_ID	(-2)	/* CLIENT ID: remember it */
 #define RLOCK_HANDSHAKE_FENCE		(-3)	/* CLIENT KILL ID of the last one */
+#define RLOCK_HANDSHAKE_INFO		(-4)	/* INFO server: version, run_id */
 
 /*
  * A command sent and not yet answered.  Each connection keeps its commands
@@ -463,6 +469,8 @@ typedef struct RlockConn
 	uint32		registered;		/* socket events in the wait set */
 	int			pos;			/* position in the wait set, -1 if none */
 	int			handshake;		/* handshake replies still expected */
+	char		run_id[RLOCK_RUN_ID_LEN + 1];	/* of the server, "" if not
+												 * known */
 	bool		failed;			/* a callback found the connection unusable */
 	TimestampTz deadline;		/* connect and handshake must end by then */
 	TimestampTz retry_at;		/* next attempt while DOWN */

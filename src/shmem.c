@@ -11,10 +11,10 @@
  * Locking protocol.  Only spinlocks are used, each held for a few stores,
  * and never two at a time.
  *
- * - RlockShared.mutex protects worker_latch, worker_pid and cmd_client_id.
- *   The worker sets the first two when it starts and clears them when it
- *   exits; cmd_client_id outlives a worker, so the next one can close the
- *   connection of the last (conn.c).
+ * - RlockShared.mutex protects worker_latch, worker_pid, cmd_client_id and
+ *   cmd_run_id.  The worker sets the first two when it starts and clears
+ *   them when it exits; the last two outlive a worker, so the next one can
+ *   close the connection of the last (conn.c).
  *
  * - A slot belongs to the backend whose MyBackendId - 1 is its index.  Its
  *   mutex protects state, seq, queued and the result fields.  The backend
@@ -152,6 +152,7 @@ rlock_shmem_startup(void)
 		s->worker_latch = NULL;
 		s->worker_pid = 0;
 		s->cmd_client_id = 0;
+		s->cmd_run_id[0] = '\0';
 		rlock_make_uuid(s->uuid);
 		pg_atomic_init_u64(&s->next_owner_id, 1);
 

@@ -289,15 +289,18 @@ sub subscribers
 	return $self->cmd('PUBSUB', 'NUMSUB', $channel)->[1];
 }
 
-# The id of the client connection named $name (CLIENT SETNAME), or undef.
+# The id of the client connection named $name (CLIENT SETNAME), or undef;
+# the newest one if an old connection of that name is still there.
 sub client_id
 {
 	my ($self, $name) = @_;
+	my $id;
 	for my $line (split /\n/, $self->cmd('CLIENT', 'LIST'))
 	{
-		return $1 if $line =~ /^id=(\d+) .* name=\Q$name\E /;
+		$id = $1 if $line =~ /^id=(\d+) .* name=\Q$name\E /
+		  && (!defined $id || $1 > $id);
 	}
-	return undef;
+	return $id;
 }
 
 # A connection that sees every command Redis runs (MONITOR); read it with

@@ -9,6 +9,10 @@
 # no lock is left behind.  With CLIENT KILL refused by an ACL the same
 # sequence leaves an orphan lock for its whole lease: the worker says so
 # in the log once.
+#
+# A client id names a connection only on the server process that gave it.
+# When rlock moves to another Redis server, whose own clients may have
+# the same number, the fence must leave them alone.
 
 use strict;
 use warnings;
@@ -63,7 +67,34 @@ ok( RlockTest::wait_until(
 $redis->cmd('ACL', 'SETUSER', 'default', '+client|kill');
 $redis->cmd('DEL', 'stale:b');
 
+# another server, where a foreign client has the id of rlock's last
+# connection on the first one
+my $last_id = $redis->client_id('rlock_command');
+ok($last_id, "rlock's command connection is client $last_id");
+my $other = RlockTest::Redis->start;
+my %foreign;
+while (1)
+{
+	my $c = $other->connect;
+	my $id = $c->call('CLIENT', 'ID');
+	$foreign{$id} = $c;
+	last if $id >= $last_id + 1;
+}
+ok(exists $foreign{$last_id},
+	"on the other server a foreign client is client $last_id too");
+$node->append_conf('postgresql.conf', 'rlock.port = ' . $other->port);
+$node->reload;
+ok( RlockTest::wait_until(
+		sub { defined $other->client_id('rlock_command') }, 10),
+	'rlock moves to the other server');
+is($node->safe_psql('postgres', "SELECT rlock_try('stale:c')"), 't',
+	'and works there');
+my @dead = grep { !eval { $foreign{$_}->call('PING') eq 'PONG' } }
+  sort { $a <=> $b } keys %foreign;
+is_deeply(\@dead, [], 'no foreign client there was closed by the fence');
+
 $node->stop;
 $relay->stop;
 $redis->stop;
+$other->stop;
 done_testing();
