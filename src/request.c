@@ -70,7 +70,10 @@ rlock_ps_waiting(bool on)
 			return;
 		title = get_ps_display(&len);
 		if (ps_waiting != NULL)
+		{
 			pfree(ps_waiting);
+			ps_waiting = NULL;	/* the allocation below may fail */
+		}
 		ps_waiting = MemoryContextAlloc(TopMemoryContext,
 										len + sizeof(RLOCK_PS_SUFFIX));
 		memcpy(ps_waiting, title, len);
