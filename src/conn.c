@@ -109,6 +109,8 @@ static TimestampTz last_error_at = 0;
 static void rlock_conn_start(RlockConn *conn, TimestampTz now);
 static void rlock_conn_closed(RlockConn *conn);
 static void rlock_conn_set_error(RlockConn *conn, const char *msg);
+static void rlock_conn_close(RlockConn *conn, const char *reason,
+							 bool first_cause);
 
 RlockConn *
 rlock_cmd_conn(void)
@@ -539,9 +541,23 @@ rlock_conn_closed(RlockConn *conn)
 void
 rlock_conn_drop(RlockConn *conn, const char *reason)
 {
+	rlock_conn_close(conn, reason, true);
+}
+
+/*
+ * The same; the reason goes into rlock_status()'s last error only if it is
+ * the first cause (a connection dropped because the other one failed
+ * keeps that failure there).
+ */
+static void
+rlock_conn_close(RlockConn *conn, const char *reason, bool first_cause)
+{
 	if (conn->ac == NULL)
 		return;
-	rlock_conn_set_error(conn, reason);
+	if (first_cause)
+		rlock_conn_set_error(conn, reason);
+	else
+		strlcpy(conn->error, reason, sizeof(conn->error));
 	redisAsyncFree(conn->ac);
 }
 
@@ -1187,8 +1203,9 @@ rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
 					 * once it answers again.
 					 */
 					if (!conn->subscriber)
-						rlock_conn_drop(&srv->sub,
-										"the command connection stopped getting answers");
+						rlock_conn_close(&srv->sub,
+										 "the command connection stopped getting answers",
+										 false);
 				}
 			}
 			else if (keepalive && !conn->subscriber &&
