@@ -51,9 +51,12 @@ SELECT rlock_session_release('err:xact-only');
 COMMIT;
 
 -- a full lock table (rlock.max_locks = 64 in the test configuration)
+SELECT failed AS failed_before FROM rlock_stats \gset
 SELECT count(*) FROM generate_series(1, 100) AS i
 WHERE rlock_session_try('err:full:' || i);
 \echo :LAST_ERROR_SQLSTATE
+-- counted as a failed acquire
+SELECT failed - :failed_before AS failed FROM rlock_stats;
 -- the locks taken before the error are session-scoped: still held
 SELECT rlock_release_all() BETWEEN 60 AND 64 AS released;
 SELECT rlock_try('err:after-full');

@@ -595,6 +595,29 @@ rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
 }
 
 /*
+ * Count an acquire that ended in an error: lock_timeout, an interrupt
+ * (statement_timeout, cancel, termination), or anything else (no free
+ * entry in the lock table, out of memory).
+ */
+static void
+rlock_count_acquire_error(int sqlerrcode)
+{
+	switch (sqlerrcode)
+	{
+		case ERRCODE_LOCK_NOT_AVAILABLE:
+			rlock_count(RLOCK_STAT_TIMED_OUT, 1);
+			break;
+		case ERRCODE_QUERY_CANCELED:
+		case ERRCODE_ADMIN_SHUTDOWN:
+			rlock_count(RLOCK_STAT_CANCELLED, 1);
+			break;
+		default:
+			rlock_count(RLOCK_STAT_FAILED, 1);
+			break;
+	}
+}
+
+/*
  * Take one hold on a key, waiting until wait_until (0: without limit).
  * Returns OK when granted, BUSY when not; other statuses are errors for
  * the caller to report.
@@ -609,10 +632,9 @@ rlock_acquire(const char *key, int keylen, bool session,
 	RlockStatus status;
 	int64		value;
 
-	rlock_local_pin(lh, key, keylen);
-
 	PG_TRY();
 	{
+		rlock_local_pin(lh, key, keylen);
 		rlock_local_reserve(lh);
 		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session, wait_until,
 									lease_ms, use_lock_timeout, want_token,
@@ -620,9 +642,8 @@ rlock_acquire(const char *key, int keylen, bool session,
 	}
 	PG_CATCH();
 	{
-		rlock_count(geterrcode() == ERRCODE_LOCK_NOT_AVAILABLE ?
-					RLOCK_STAT_TIMED_OUT : RLOCK_STAT_CANCELLED, 1);
-		rlock_local_unpin_if_unused(lh);
+		rlock_count_acquire_error(geterrcode());
+		rlock_local_unpin_if_unused(lh);	/* no-op if the pin failed */
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

@@ -119,14 +119,16 @@ rlock_batch_send(RlockCmdType type, RlockScript script, int64 arg_ms,
 }
 
 /*
- * Mark an entry lost, counting the loss once.  The caller holds its mutex.
+ * Mark an entry lost.  The caller holds its mutex; true tells it to count
+ * the loss (RLOCK_STAT_LOST) once it has let go of the mutex.
  */
-void
+bool
 rlock_hold_mark_lost(RlockHold *h)
 {
-	if (!h->lost)
-		rlock_count(RLOCK_STAT_LOST, 1);
+	bool		first = !h->lost;
+
 	h->lost = true;
+	return first;
 }
 
 /*
@@ -135,15 +137,18 @@ rlock_hold_mark_lost(RlockHold *h)
  * gone) are marked lost, the others have their lease end moved to the
  * lease the batch set (or, with extend_only, to at least the margin it
  * ensured).  Returns how many were lost, or -1 if the reply is not one
- * number per key.
+ * number per key; *extended (if not NULL) is set to the number of entries
+ * whose lease the reply moved.
  */
 int
-rlock_batch_apply(RlockCmd *cmd, void *r, bool extend_only)
+rlock_batch_apply(RlockCmd *cmd, void *r, bool extend_only, int *extended)
 {
 	redisReply *reply = (redisReply *) r;
 	TimestampTz expires = TimestampTzPlusMilliseconds(cmd->sent_at,
 													  cmd->lease_ms);
 	int			lost = 0;
+	int			newly_lost = 0;
+	int			moved = 0;
 	int			i;
 
 	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
@@ -163,14 +168,23 @@ rlock_batch_apply(RlockCmd *cmd, void *r, bool extend_only)
 		{
 			if (!held)
 			{
-				rlock_hold_mark_lost(h);
+				if (rlock_hold_mark_lost(h))
+					newly_lost++;
 				lost++;
 			}
-			else if (!extend_only || h->expires_at < expires)
-				h->expires_at = expires;
+			else
+			{
+				if (!extend_only || h->expires_at < expires)
+					h->expires_at = expires;
+				moved++;
+			}
 		}
 		SpinLockRelease(&h->mutex);
 	}
+	if (newly_lost > 0)
+		rlock_count(RLOCK_STAT_LOST, newly_lost);
+	if (extended)
+		*extended = moved;
 	return lost;
 }
 
@@ -230,7 +244,7 @@ void
 rlock_renew_reply(RlockCmd *cmd, void *r)
 {
 	redisReply *reply = (redisReply *) r;
-	int			lost;
+	int			renewed;
 
 	if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
 	{
@@ -248,7 +262,6 @@ rlock_renew_reply(RlockCmd *cmd, void *r)
 		return;
 	}
 	/* anything else unexpected: the next period tries again */
-	lost = rlock_batch_apply(cmd, reply, false);
-	if (lost >= 0)
-		rlock_count(RLOCK_STAT_RENEWALS, cmd->nholds - lost);
+	if (rlock_batch_apply(cmd, reply, false, &renewed) >= 0)
+		rlock_count(RLOCK_STAT_RENEWALS, renewed);
 }

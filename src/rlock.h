@@ -547,8 +547,9 @@ extern int	rlock_waiters_channels(void);
 extern bool rlock_batch_send(RlockCmdType type, RlockScript script,
 							 int64 arg_ms, const int *pairs, int n,
 							 int slot, uint64 seq, int32 tag);
-extern int	rlock_batch_apply(RlockCmd *cmd, void *reply, bool extend_only);
-extern void rlock_hold_mark_lost(RlockHold *h);
+extern int	rlock_batch_apply(RlockCmd *cmd, void *reply, bool extend_only,
+							  int *extended);
+extern bool rlock_hold_mark_lost(RlockHold *h);
 extern void rlock_renew_tick(TimestampTz now);
 extern TimestampTz rlock_renew_next(void);
 extern void rlock_renew_soon(void);

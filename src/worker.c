@@ -599,6 +599,7 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 	RlockStatus status = RLOCK_STATUS_OK;
 	bool		again = false;
 	bool		later = false;
+	bool		newly_lost = false;
 
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */
@@ -630,11 +631,13 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 	if (again)
 		h->resync = true;
 	else if (status == RLOCK_STATUS_NOT_HELD && cmd->target > 0)
-		rlock_hold_mark_lost(h);
+		newly_lost = rlock_hold_mark_lost(h);
 	else if (status == RLOCK_STATUS_OK)
 		h->expires_at = (cmd->target > 0) ?
 			TimestampTzPlusMilliseconds(cmd->sent_at, cmd->lease_ms) : 0;
 	SpinLockRelease(&h->mutex);
+	if (newly_lost)
+		rlock_count(RLOCK_STAT_LOST, 1);
 
 	if (!again)
 		release_status[cmd->hold] = status;
@@ -935,6 +938,7 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 	int64		status = -1;
 	int64		value = 0;
 	bool		granted;
+	bool		newly_lost = false;
 	char		detail[RLOCK_DETAIL_LEN];
 
 	well_formed = (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
@@ -957,10 +961,12 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 													cmd->lease_ms);
 	}
 	if (status == 2 || status == 3)
-		rlock_hold_mark_lost(h);
+		newly_lost = rlock_hold_mark_lost(h);
 	else if (reply == NULL)
 		h->resync = true;		/* it may have run: restore our count */
 	SpinLockRelease(&h->mutex);
+	if (newly_lost)
+		rlock_count(RLOCK_STAT_LOST, 1);
 	worker_requeue_hold(cmd->hold);
 
 	req = worker_current(cmd);
@@ -1011,7 +1017,7 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 static void
 worker_verify_reply(RlockCmd *cmd, redisReply *reply)
 {
-	int			lost = rlock_batch_apply(cmd, reply, true);
+	int			lost = rlock_batch_apply(cmd, reply, true, NULL);
 	WorkerReq  *req = worker_current(cmd);
 
 	if (req == NULL || cmd->target != req->attempt)
