@@ -821,11 +821,47 @@ rlock_held_token(const char *key, int keylen)
 }
 
 /*
+ * Does what Redis last said of every transaction-scoped hold vouch for it
+ * at this commit?  It does if Redis confirmed the hold on the current
+ * command connection (so no restart or failover came between) with a
+ * lease that ends more than rlock.verify_margin from now, and the worker
+ * has seen nothing wrong with it since.  Asking Redis again could then
+ * only catch someone removing the lock by hand.
+ */
+static bool
+rlock_xact_holds_vouched(void)
+{
+	TimestampTz enough = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 rlock_verify_margin);
+	uint32		epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &xact_holds)
+	{
+		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
+		RlockHold  *h = rlock_hold(lh->hold);
+		bool		vouched;
+
+		SpinLockAcquire(&h->mutex);
+		vouched = h->in_use && h->generation == lh->generation &&
+			!h->lost && !h->resync && !h->acquiring &&
+			h->count - h->to_release > 0 &&
+			h->epoch == epoch && h->expires_at > enough;
+		SpinLockRelease(&h->mutex);
+		if (!vouched)
+			return false;
+	}
+	return true;
+}
+
+/*
  * PRE_COMMIT, PRE_PREPARE: before a transaction that holds
  * transaction-scoped locks commits, check them all in one round trip
  * (extending short leases to rlock.verify_margin), and refuse the commit
- * if one was lost, now or earlier in the transaction.  Raising here is
- * allowed: the transaction aborts and its holds are released.
+ * if one was lost, now or earlier in the transaction.  With "on" rather
+ * than "always", the round trip is left out when Redis's last word on
+ * every hold vouches for it.  Raising here is allowed: the transaction
+ * aborts and its holds are released.
  */
 static void
 rlock_verify_before_commit(void)
@@ -834,10 +870,12 @@ rlock_verify_before_commit(void)
 	RlockStatus status;
 	int64		lost;
 
-	if (!rlock_verify_at_commit)
+	if (rlock_verify_at_commit == RLOCK_VERIFY_OFF)
 		return;
 
-	if (!dlist_is_empty(&xact_holds))
+	if (!dlist_is_empty(&xact_holds) &&
+		(rlock_verify_at_commit == RLOCK_VERIFY_ALWAYS ||
+		 !rlock_xact_holds_vouched()))
 	{
 		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL, false,
 									GetCurrentTimestamp(), rlock_verify_margin,

@@ -175,7 +175,7 @@ rlock_batch_apply(RlockCmd *cmd, void *r, bool extend_only, int *extended)
 			else
 			{
 				if (!extend_only || h->expires_at < expires)
-					h->expires_at = expires;
+					rlock_hold_confirm(h, expires);
 				moved++;
 			}
 		}

@@ -44,7 +44,20 @@ int			rlock_command_timeout = 3000;
 int			rlock_watchdog_timeout = 30000;
 int			rlock_max_key_length = 512;
 int			rlock_max_locks = 4096;
-bool		rlock_verify_at_commit = true;
+int			rlock_verify_at_commit = RLOCK_VERIFY_ON;
+
+static const struct config_enum_entry verify_options[] = {
+	{"off", RLOCK_VERIFY_OFF, false},
+	{"on", RLOCK_VERIFY_ON, false},
+	{"always", RLOCK_VERIFY_ALWAYS, false},
+	{"false", RLOCK_VERIFY_OFF, true},
+	{"true", RLOCK_VERIFY_ON, true},
+	{"no", RLOCK_VERIFY_OFF, true},
+	{"yes", RLOCK_VERIFY_ON, true},
+	{"0", RLOCK_VERIFY_OFF, true},
+	{"1", RLOCK_VERIFY_ON, true},
+	{NULL, 0, false}
+};
 int			rlock_verify_margin = 2000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -173,11 +186,11 @@ rlock_define_settings(void)
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 
-	DefineCustomBoolVariable("rlock.verify_at_commit",
+	DefineCustomEnumVariable("rlock.verify_at_commit",
 							 "Checks before a commit that its transaction-scoped locks are still held.",
-							 "A transaction whose lock was lost (its lease ran out, or it was removed) fails to commit with a serialization failure.",
+							 "A transaction whose lock was lost (its lease ran out, or it was removed) fails to commit with a serialization failure.  \"on\" asks Redis unless Redis confirmed, on the current connection, a lease that outlasts rlock.verify_margin; \"always\" asks at every commit.",
 							 &rlock_verify_at_commit,
-							 true,
+							 RLOCK_VERIFY_ON, verify_options,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
 

@@ -59,7 +59,15 @@ extern int	rlock_command_timeout;
 extern int	rlock_watchdog_timeout;
 extern int	rlock_max_key_length;
 extern int	rlock_max_locks;
-extern bool rlock_verify_at_commit;
+extern int	rlock_verify_at_commit;
+
+/* rlock.verify_at_commit */
+typedef enum RlockVerify
+{
+	RLOCK_VERIFY_OFF,
+	RLOCK_VERIFY_ON,			/* ask Redis unless its last word covers it */
+	RLOCK_VERIFY_ALWAYS			/* ask Redis at every commit */
+} RlockVerify;
 extern int	rlock_verify_margin;
 
 /*
@@ -187,6 +195,7 @@ typedef struct RlockHold
 								 * (set by the worker, cleared by the
 								 * backend once it has taken note) */
 	TimestampTz expires_at;		/* lease end as last set, 0 if unknown */
+	uint32		epoch;			/* cmd_epoch when Redis confirmed it */
 
 	bool		queued;			/* sits in the ring; set by either side */
 
@@ -290,6 +299,8 @@ typedef struct RlockShared
 
 	char		uuid[RLOCK_UUID_LEN + 1];	/* owner prefix of this instance */
 	pg_atomic_uint64 next_owner_id;
+	pg_atomic_uint32 cmd_epoch;	/* bumped whenever a command connection
+								 * becomes ready */
 
 	int			nslots;
 	Size		slot_size;
@@ -309,6 +320,19 @@ typedef struct RlockShared
 
 /* shmem.c */
 extern RlockShared *rlock_shared;
+
+/*
+ * Redis confirmed that an entry's holds last until "expires" (the worker,
+ * holding the entry's mutex).  Only a confirmation on the current command
+ * connection lets a commit do without asking again (holds.c).
+ */
+static inline void
+rlock_hold_confirm(RlockHold *h, TimestampTz expires)
+{
+	h->expires_at = expires;
+	h->epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
+}
+
 extern void rlock_shmem_request(void);
 extern void rlock_shmem_startup(void);
 extern RlockSlot *rlock_slot(int index);
@@ -529,12 +553,23 @@ extern void rlock_worker_conn_ready(RlockConn *conn);
 extern void rlock_worker_conn_lost(RlockConn *conn);
 extern bool rlock_worker_retry(int slot);
 
+/* owners.c */
+extern void rlock_owners_init(void);
+extern void rlock_owners_note(int index);
+extern int	rlock_owners_holds(uint64 owner_id, const int **holds);
+extern void rlock_owners_sweep(void);
+extern bool rlock_worker_waiting(int slot);
+
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);
 extern void rlock_waiters_join(int slot, const char *key, int keylen);
-extern void rlock_waiters_leave(int slot, bool pass_wake);
+extern bool rlock_waiters_leave(int slot, bool pass_wake);
 extern uint64 rlock_waiters_wakes(int slot);
-extern void rlock_waiters_hand_off(const char *key, int keylen);
+extern bool rlock_waiters_line(const char *key, int keylen);
+#define RLOCK_HANDED_OFF		1
+#define RLOCK_HANDED_OFF_ECHO	2
+extern int	rlock_waiters_hand_off(const char *key, int keylen);
+extern void rlock_waiters_echo_cancel(const char *key, int keylen);
 extern void rlock_waiters_reply(RlockCmd *cmd, void *reply);
 extern void rlock_waiters_message(const char *channel, int channellen,
 								  const char *payload, int payloadlen);

@@ -155,6 +155,7 @@ rlock_shmem_startup(void)
 		s->cmd_run_id[0] = '\0';
 		rlock_make_uuid(s->uuid);
 		pg_atomic_init_u64(&s->next_owner_id, 1);
+		pg_atomic_init_u32(&s->cmd_epoch, 1);
 
 		s->nslots = MaxBackends;
 		s->slot_size = rlock_slot_size();
@@ -300,6 +301,7 @@ rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
 	h->token = 0;
 	h->acquired_at = 0;
 	h->expires_at = 0;
+	h->epoch = 0;
 	*generation = h->generation;
 	SpinLockRelease(&h->mutex);
 

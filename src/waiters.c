@@ -27,6 +27,15 @@
  * A waiter woken for a retry that it gives up before sending passes the
  * wake-up on to another waiter, so that no unlock message is lost.
  *
+ * Local waiters form a line.  When this instance frees a key, the first
+ * waiting request is retried right behind the release (hand-off), and the
+ * unlock message that release publishes wakes nobody when it comes back
+ * (the group counts the echoes it expects): it would only send another
+ * waiter's try to fail behind the one that got the lock.  A new request
+ * that may wait does not try at all while the line has someone waiting:
+ * it joins at the back.  So under contention between the sessions of one
+ * instance, every acquisition costs one try.
+ *
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
@@ -59,6 +68,8 @@ typedef struct WaitGroup
 	int			nwaiters;
 	uint64		wakes;			/* messages received on the channel */
 	uint64		sent;			/* number of the latest (UN)SUBSCRIBE */
+	int			echoes;			/* unlock messages of our own hand-offs
+								 * still to come */
 } WaitGroup;
 
 typedef struct Waiter
@@ -82,7 +93,10 @@ waiters_set_state(WaitGroup *g, SubState state)
 	if (g->state == state)
 		return;
 	if (g->state == SUB_SUBSCRIBED)
+	{
 		nsubscribed--;
+		g->echoes = 0;			/* those messages will not come */
+	}
 	if (state == SUB_SUBSCRIBED)
 		nsubscribed++;
 	g->state = state;
@@ -172,23 +186,57 @@ waiters_subscribe(WaitGroup *g)
 
 /*
  * Retry waiters of a group: all, or the first one that is waiting (not
- * trying already), which then moves to the back of the line.
+ * trying already), which then moves to the back of the line.  False if
+ * none was waiting.
  */
-static void
+static bool
 waiters_wake(WaitGroup *g, bool all)
 {
 	dlist_mutable_iter iter;
+	bool		woke = false;
 
 	dlist_foreach_modify(iter, &g->waiters)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
-		if (rlock_worker_retry(w - waiters) && !all)
+		if (rlock_worker_retry(w - waiters))
 		{
-			dlist_move_tail(&g->waiters, &w->node);
-			return;
+			woke = true;
+			if (!all)
+			{
+				dlist_move_tail(&g->waiters, &w->node);
+				break;
+			}
 		}
 	}
+	return woke;
+}
+
+/*
+ * Does a request of this instance wait (not try) for the lock "key"?  A
+ * new request for it then joins the line instead of trying.
+ */
+bool
+rlock_waiters_line(const char *key, int keylen)
+{
+	WaitGroup  *g;
+	dlist_iter	iter;
+	int			len;
+
+	if (hash_get_num_entries(groups) == 0)
+		return false;
+	len = rlock_channel_name(channel_buf, key, keylen);
+	g = waiters_find(channel_buf, len);
+	if (g == NULL)
+		return false;
+	dlist_foreach(iter, &g->waiters)
+	{
+		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
+
+		if (rlock_worker_waiting(w - waiters))
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -222,6 +270,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->nwaiters = 0;
 		g->wakes = 0;
 		g->sent = 0;
+		g->echoes = 0;
 	}
 
 	w->group = g;
@@ -233,31 +282,29 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 
 /*
  * The request in "slot" stops waiting.  With pass_wake it was woken and
- * never tried: another waiter tries in its place.  The last waiter of a
- * group takes its subscription away.
+ * never tried: another waiter tries in its place; false if there was none
+ * waiting to take the wake-up.  The last waiter of a group takes its
+ * subscription away.
  */
-void
+bool
 rlock_waiters_leave(int slot, bool pass_wake)
 {
 	Waiter	   *w = &waiters[slot];
 	WaitGroup  *g = w->group;
 
 	if (g == NULL)
-		return;
+		return !pass_wake;
 	dlist_delete(&w->node);
 	w->group = NULL;
 	if (--g->nwaiters > 0)
-	{
-		if (pass_wake)
-			waiters_wake(g, false);
-		return;
-	}
+		return !pass_wake || waiters_wake(g, false);
 
 	if ((g->state == SUB_SUBSCRIBING || g->state == SUB_SUBSCRIBED) &&
 		waiters_send(g, false))
 		waiters_set_state(g, SUB_UNSUBSCRIBING);
 	else if (g->state != SUB_UNSUBSCRIBING)
 		waiters_delete_group(g);
+	return !pass_wake;
 }
 
 /*
@@ -272,12 +319,37 @@ rlock_waiters_wakes(int slot)
 }
 
 /*
- * This instance just freed "key": hand it to one local waiter, whose try
+ * This instance is freeing "key": hand it to one local waiter, whose try
  * goes out right behind the release instead of after the round trip of
- * the unlock message.
+ * the unlock message.  Returns RLOCK_HANDED_OFF if a waiter was retried,
+ * and RLOCK_HANDED_OFF_ECHO if besides the release's unlock message will
+ * reach the group, which then lets it pass (see
+ * rlock_waiters_echo_cancel); 0 if no local waiter was waiting.
+ */
+int
+rlock_waiters_hand_off(const char *key, int keylen)
+{
+	WaitGroup  *g;
+	int			len;
+
+	if (hash_get_num_entries(groups) == 0)
+		return 0;
+	len = rlock_channel_name(channel_buf, key, keylen);
+	g = waiters_find(channel_buf, len);
+	if (g == NULL || !waiters_wake(g, false))
+		return 0;
+	if (g->state != SUB_SUBSCRIBED)
+		return RLOCK_HANDED_OFF;
+	g->echoes++;
+	return RLOCK_HANDED_OFF_ECHO;
+}
+
+/*
+ * A release that expected an echo (RLOCK_HANDED_OFF_ECHO) did not free the
+ * lock, or may not have: its message is not to be waited for.
  */
 void
-rlock_waiters_hand_off(const char *key, int keylen)
+rlock_waiters_echo_cancel(const char *key, int keylen)
 {
 	WaitGroup  *g;
 	int			len;
@@ -286,8 +358,8 @@ rlock_waiters_hand_off(const char *key, int keylen)
 		return;
 	len = rlock_channel_name(channel_buf, key, keylen);
 	g = waiters_find(channel_buf, len);
-	if (g != NULL)
-		waiters_wake(g, false);
+	if (g != NULL && g->echoes > 0)
+		g->echoes--;
 }
 
 /*
@@ -329,6 +401,11 @@ rlock_waiters_message(const char *channel, int channellen,
 	rlock_count(RLOCK_STAT_UNLOCK_MESSAGES, 1);
 	if (g == NULL)
 		return;
+	if (g->echoes > 0 && payloadlen == 1 && payload[0] == '0')
+	{
+		g->echoes--;			/* ours, and handed off already */
+		return;
+	}
 	g->wakes++;
 	waiters_wake(g, payloadlen == 1 && payload[0] == '1');
 }

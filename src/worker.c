@@ -94,11 +94,14 @@ typedef struct WorkerReq
 	uint64		wakes_seen;		/* wake-ups of its channel at last send */
 	uint64		releases_seen;	/* releases_sent at last send */
 	bool		woken;			/* retried by a wake-up, try not yet sent */
+	bool		tried;			/* ACQUIRE: tried, or joined the line */
 	int			noscript;		/* NOSCRIPT retries so far */
 	TimestampTz timer_at;		/* 0 = no timer */
 	pairingheap_node timer_node;
 	dlist_node	pending_node;
 } WorkerReq;
+
+static void worker_mark_busy(WorkerReq *req);
 
 static WorkerReq *reqs;			/* one per slot */
 static int	nparked;			/* RELEASE and BARRIER requests WAITING */
@@ -109,22 +112,35 @@ static RlockStatus *release_status; /* outcome of each entry's last release */
 static char *channel_buf;		/* room for any channel name */
 
 /*
- * Full releases this worker sent, numbered, and for each of a fixed number
- * of key hashes the number of the latest: an acquire that was on the wire
- * when this instance freed its key must not sleep on its busy answer (it
- * was not a waiter yet, so the hand-off could not reach it, and the unlock
- * message went out before it subscribed).  A hash collision only costs an
- * early retry.
+ * Full releases this worker sent that no local waiter was handed, and
+ * wake-ups that a waiter gave up without passing them on, numbered, and
+ * for each of a fixed number of key hashes the number of the latest: an
+ * acquire that was on the wire when this instance freed its key must not
+ * sleep on its busy answer (it was not a waiter yet, so the hand-off could
+ * not reach it, and the unlock message went out before it subscribed).
+ * When a hand-off reached a waiter, the lock is that waiter's, and tries
+ * on the wire sleep.  A hash collision only costs an early retry.
  */
 #define RLOCK_RELEASE_MARKS		1024
 static uint64 releases_sent = 0;
 static uint64 release_marks[RLOCK_RELEASE_MARKS];
+
+static uint64 *
+worker_release_mark(const char *key, int keylen)
+{
+	return &release_marks[hash_bytes((const unsigned char *) key, keylen) %
+						  RLOCK_RELEASE_MARKS];
+}
 
 /* Releases Redis refused for a passing reason are sent again at this time */
 static TimestampTz resync_at = 0;
 
 /* The last warning about a refused release, to repeat it only so often */
 static TimestampTz release_warned_at = 0;
+
+/* How often the lists of entries by owner shed entries let go */
+#define RLOCK_SWEEP_MS			10000
+static TimestampTz sweep_at = 0;
 
 /* Retry a request whose script Redis had lost at most this often */
 #define RLOCK_NOSCRIPT_RETRIES	2
@@ -272,7 +288,13 @@ worker_forget(WorkerReq *req)
 	if (req->state == REQ_PENDING)
 		dlist_delete(&req->pending_node);
 	worker_timer_cancel(req);
-	rlock_waiters_leave(worker_slot_of(req), req->woken);
+	if (!rlock_waiters_leave(worker_slot_of(req), req->woken))
+	{
+		/* no one took its wake-up: tries on the wire must not sleep */
+		RlockHold  *h = rlock_hold(req->hold);
+
+		*worker_release_mark(h->key, h->keylen) = ++releases_sent;
+	}
 	req->woken = false;
 	if (req->key != NULL)
 	{
@@ -390,15 +412,18 @@ worker_hold_settled(RlockHold *h)
 static bool
 worker_owner_busy(WorkerReq *req, bool acquiring)
 {
+	const int  *holds;
+	int			n;
 	int			i;
 
 	if (req->op == RLOCK_OP_RELEASE)
 		return acquiring ? worker_hold_acquiring(req->hold) :
 			!worker_hold_settled(rlock_hold(req->hold));
 
-	for (i = 0; i < rlock_shared->nholds; i++)
+	n = rlock_owners_holds(req->owner_id, &holds);
+	for (i = 0; i < n; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
+		RlockHold  *h = rlock_hold(holds[i]);
 		bool		mine;
 
 		SpinLockAcquire(&h->mutex);
@@ -406,17 +431,11 @@ worker_owner_busy(WorkerReq *req, bool acquiring)
 		SpinLockRelease(&h->mutex);
 		if (!mine)
 			continue;
-		if (acquiring ? worker_hold_acquiring(i) : !worker_hold_settled(h))
+		if (acquiring ? worker_hold_acquiring(holds[i]) :
+			!worker_hold_settled(h))
 			return true;
 	}
 	return false;
-}
-
-static uint64 *
-worker_release_mark(const char *key, int keylen)
-{
-	return &release_marks[hash_bytes((const unsigned char *) key, keylen) %
-						  RLOCK_RELEASE_MARKS];
 }
 
 /*
@@ -477,8 +496,14 @@ worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
 	}
 	if (target == 0)
 	{
-		*worker_release_mark(h->key, h->keylen) = ++releases_sent;
-		rlock_waiters_hand_off(h->key, h->keylen);
+		/*
+		 * An acquire of this instance on the wire now cannot be reached by
+		 * a hand-off: if none took it, such a try that meets the lock still
+		 * held tries again instead of sleeping.
+		 */
+		cmd->index = rlock_waiters_hand_off(h->key, h->keylen);
+		if (cmd->index == 0)
+			*worker_release_mark(h->key, h->keylen) = ++releases_sent;
 	}
 }
 
@@ -496,6 +521,7 @@ worker_sync_hold(int index)
 	int64		lease_ms = 0;
 	uint64		owner_id = 0;
 
+	rlock_owners_note(index);
 	SpinLockAcquire(&h->mutex);
 	h->queued = false;
 	if (h->in_use && !h->acquiring)
@@ -601,6 +627,12 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 	bool		later = false;
 	bool		newly_lost = false;
 
+	/* no unlock message, or maybe none, to let pass */
+	if (cmd->index == RLOCK_HANDED_OFF_ECHO &&
+		(reply == NULL || reply->type != REDIS_REPLY_INTEGER ||
+		 reply->integer != 1))
+		rlock_waiters_echo_cancel(h->key, h->keylen);
+
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */
 	else if (reply->type == REDIS_REPLY_NIL)
@@ -633,8 +665,9 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 	else if (status == RLOCK_STATUS_NOT_HELD && cmd->target > 0)
 		newly_lost = rlock_hold_mark_lost(h);
 	else if (status == RLOCK_STATUS_OK)
-		h->expires_at = (cmd->target > 0) ?
-			TimestampTzPlusMilliseconds(cmd->sent_at, cmd->lease_ms) : 0;
+		rlock_hold_confirm(h, (cmd->target > 0) ?
+						   TimestampTzPlusMilliseconds(cmd->sent_at,
+													   cmd->lease_ms) : 0);
 	SpinLockRelease(&h->mutex);
 	if (newly_lost)
 		rlock_count(RLOCK_STAT_LOST, 1);
@@ -656,6 +689,38 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
 
 /*---- sending requests ----*/
 
+/*
+ * A first acquire that may wait, for a lock that requests of this
+ * instance already wait for, joins their line without trying: the lock
+ * is held, and a hand-off or an unlock message will let it try in turn.
+ * Its timer is rlock.watchdog_timeout (or its deadline), as for a lock
+ * without expiry, so that a missed wake-up costs time, not a hang.
+ */
+static bool
+worker_join_line(WorkerReq *req)
+{
+	RlockHold  *h = rlock_hold(req->hold);
+	TimestampTz now;
+	TimestampTz retry_at;
+
+	if (!rlock_waiters_line(h->key, h->keylen))
+		return false;
+	now = GetCurrentTimestamp();
+	if (req->wait_until != 0 && now >= req->wait_until)
+		return false;			/* may not wait: it tries */
+
+	req->tried = true;
+	req->wakes_seen = 0;
+	rlock_waiters_join(worker_slot_of(req), h->key, h->keylen);
+	worker_set_state(req, REQ_WAITING);
+	worker_mark_busy(req);
+	retry_at = TimestampTzPlusMilliseconds(now, rlock_watchdog_timeout);
+	if (req->wait_until != 0)
+		retry_at = Min(retry_at, req->wait_until);
+	worker_timer_set(req, retry_at);
+	return true;
+}
+
 static void
 worker_send_acquire(WorkerReq *req)
 {
@@ -670,6 +735,10 @@ worker_send_acquire(WorkerReq *req)
 	int			argc = 0;
 	int32		target;
 	uint64		owner_id;
+
+	/* only the worker changes count: no need to read it under the mutex */
+	if (h->count == 0 && !req->tried && worker_join_line(req))
+		return;
 
 	SpinLockAcquire(&h->mutex);
 	target = h->count + 1;
@@ -707,6 +776,7 @@ worker_send_acquire(WorkerReq *req)
 	req->wakes_seen = rlock_waiters_wakes(slot);
 	req->releases_seen = releases_sent;
 	req->woken = false;
+	req->tried = true;
 	worker_set_state(req, REQ_INFLIGHT);
 	if (!rlock_conn_send(rlock_cmd_conn(), cmd, argc, argv, lens))
 	{
@@ -727,30 +797,33 @@ worker_send_verify(WorkerReq *req)
 {
 	int			pairs[2 * RLOCK_BATCH];
 	int			n = 0;
+	const int  *holds;
+	int			nholds;
 	int			i;
 
 	req->attempt++;
 	req->batches = 0;
 	req->lost = 0;
 	worker_set_state(req, REQ_INFLIGHT);
-	for (i = 0; i <= rlock_shared->nholds; i++)
+	nholds = rlock_owners_holds(req->owner_id, &holds);
+	for (i = 0; i <= nholds; i++)
 	{
 		bool		mine = false;
 
-		if (i < rlock_shared->nholds)
+		if (i < nholds)
 		{
-			RlockHold  *h = rlock_hold(i);
+			RlockHold  *h = rlock_hold(holds[i]);
 
 			SpinLockAcquire(&h->mutex);
 			mine = h->in_use && h->owner_id == req->owner_id &&
 				h->count - h->to_release > 0;
-			pairs[2 * n] = i;
+			pairs[2 * n] = holds[i];
 			pairs[2 * n + 1] = (int) h->generation;
 			SpinLockRelease(&h->mutex);
 		}
 		if (mine)
 			n++;
-		if (n == RLOCK_BATCH || (i == rlock_shared->nholds && n > 0))
+		if (n == RLOCK_BATCH || (i == nholds && n > 0))
 		{
 			if (!rlock_batch_send(RLOCK_CMD_VERIFY, RLOCK_SCRIPT_VERIFY,
 								  req->lease_ms, pairs, n,
@@ -858,6 +931,18 @@ rlock_worker_retry(int slot)
 	return true;
 }
 
+/*
+ * Does the request in "slot" wait for a wake-up (neither trying nor about
+ * to)?
+ */
+bool
+rlock_worker_waiting(int slot)
+{
+	WorkerReq  *req = &reqs[slot];
+
+	return req->state == REQ_WAITING && req->op == RLOCK_OP_ACQUIRE;
+}
+
 /*---- replies ----*/
 
 /*
@@ -957,8 +1042,8 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 	if (granted)
 	{
 		h->count = cmd->target;
-		h->expires_at = TimestampTzPlusMilliseconds(cmd->sent_at,
-													cmd->lease_ms);
+		rlock_hold_confirm(h, TimestampTzPlusMilliseconds(cmd->sent_at,
+														  cmd->lease_ms));
 	}
 	if (status == 2 || status == 3)
 		newly_lost = rlock_hold_mark_lost(h);
@@ -1140,6 +1225,8 @@ rlock_worker_conn_lost(RlockConn *conn)
 		rlock_waiters_conn_lost();
 		return;
 	}
+	/* Redis may have lost what it confirmed (a restart): commits ask */
+	pg_atomic_fetch_add_u32(&rlock_shared->cmd_epoch, 1);
 	for (i = 0; i < rlock_shared->nslots; i++)
 	{
 		WorkerReq  *req = &reqs[i];
@@ -1210,6 +1297,8 @@ worker_take_slot(int slot)
 		return;
 	}
 
+	if (taken.hold >= 0)
+		rlock_owners_note(taken.hold);
 	req->seq = seq;
 	req->op = taken.op;
 	req->kind = taken.kind;
@@ -1222,6 +1311,7 @@ worker_take_slot(int slot)
 	req->keylen = taken.keylen;
 	req->noscript = 0;
 	req->woken = false;
+	req->tried = false;
 	if (taken.keylen > 0)
 	{
 		/*
@@ -1393,6 +1483,7 @@ worker_recover_holds(void)
 			h->queued = true;
 		}
 		SpinLockRelease(&h->mutex);
+		rlock_owners_note(i);	/* sessions carry on with their holds */
 		if (push)
 			rlock_ring_push(i);
 		else
@@ -1463,6 +1554,8 @@ worker_init(void)
 
 	/* in case a previous worker died without its exit callback */
 	worker_answer_taken_slots();
+	pg_atomic_fetch_add_u32(&rlock_shared->cmd_epoch, 1);	/* its connection */
+	rlock_owners_init();
 	worker_recover_holds();
 	rlock_waiters_init(nslots);
 	rlock_conn_init();
@@ -1515,6 +1608,11 @@ rlock_worker_main(Datum main_arg)
 		worker_fire_timers(now);
 		worker_send_pending();
 		rlock_renew_tick(now);
+		if (now >= sweep_at)
+		{
+			rlock_owners_sweep();
+			sweep_at = TimestampTzPlusMilliseconds(now, RLOCK_SWEEP_MS);
+		}
 		rlock_conn_flush();
 		rlock_status_publish();
 

@@ -1,6 +1,8 @@
 # Lease safety: the watchdog keeps a lock through a long query; a lost lock
 # is reported (session scope) or fails the commit with 40001 (transaction
-# scope); the check before the commit extends a short lease to the margin;
+# scope); the check before the commit extends a short lease to the margin,
+# and is left out when Redis confirmed a longer lease on the connection
+# still open (unless rlock.verify_at_commit = always);
 # an explicit lease runs out on time and hands the lock to a waiter at
 # once; fencing tokens grow across rlock and Redisson-style clients.
 
@@ -91,6 +93,43 @@ $s->query_safe("SELECT rlock_try('ls:off')");
 $redis->cmd('DEL', 'ls:off');
 $s->query('COMMIT');
 is($s->{stderr}, '', 'with rlock.verify_at_commit off the commit succeeds');
+
+# A lease Redis confirmed that outlasts the margin vouches for the lock:
+# "on" commits without asking (so a removal by hand goes unseen), while
+# "always" asks and finds it gone.
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:vouched', '0', '1 min')");
+$redis->cmd('DEL', 'ls:vouched');
+$s->query('COMMIT');
+is($s->{stderr}, '',
+	'"on": a lock confirmed with a long lease commits without asking Redis');
+$s->query_safe('BEGIN');
+$s->query_safe('SET LOCAL rlock.verify_at_commit = always');
+$s->query_safe("SELECT rlock_try('ls:always', '0', '1 min')");
+$redis->cmd('DEL', 'ls:always');
+$s->query('COMMIT');
+like($s->{stderr}, qr/40001: lock "ls:always" was lost/,
+	'"always": the commit asks Redis and fails');
+$s->{stderr} = '';
+
+# What Redis confirmed on a connection since lost vouches for nothing: it
+# may have restarted.  "on" asks again.
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:reconnected', '0', '1 min')");
+my $old_conn = $redis->client_id('rlock_command');
+$redis->cmd('CLIENT', 'KILL', 'ID', $old_conn);
+ok( RlockTest::wait_until(
+		sub {
+			my $id = $redis->client_id('rlock_command');
+			defined $id && $id != $old_conn;
+		},
+		10),
+	'the worker connects again');
+$redis->cmd('DEL', 'ls:reconnected');
+$s->query('COMMIT');
+like($s->{stderr}, qr/40001: lock "ls:reconnected" was lost/,
+	'"on" after a reconnection asks Redis and fails the commit');
+$s->{stderr} = '';
 
 # a loss in a rolled-back savepoint does not fail the commit
 $s->query_safe('BEGIN');
