@@ -5,6 +5,8 @@
 #   make test               install missing packages, build, install, run
 #                           every suite against throw-away servers
 #   make demo               the stock-decrement demo on throw-away servers
+#   make bench              benchmarks against their baselines, on
+#                           throw-away servers
 
 MODULE_big = rlock
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
@@ -43,9 +45,12 @@ all install installcheck:
 	@exit 1
 endif
 
-.PHONY: test demo
+.PHONY: test demo bench
 test:
 	test/harness/run-tests
 
 demo:
 	test/demo/run-demo
+
+bench:
+	test/bench/run-bench
