@@ -158,8 +158,18 @@ elsif ($cmd eq 'wakeup')
 
 	for my $i (1 .. $n)
 	{
-		$r->call('HSET', 'bench:wake', 'other-client:1', 1);
-		$r->call('PEXPIRE', 'bench:wake', 60000);
+		# the other client takes the lock as Redisson does, once free (the
+		# previous waiter's release goes out after its commit)
+		my $free_by = time + 10;
+		until ($r->call('EVAL',
+				"if redis.call('exists', KEYS[1]) == 0 then "
+				  . "redis.call('hset', KEYS[1], ARGV[1], 1) "
+				  . "redis.call('pexpire', KEYS[1], 60000) return 1 end return 0",
+				1, 'bench:wake', 'other-client:1'))
+		{
+			die "the previous waiter never released the lock\n" if time > $free_by;
+			sleep(0.001);
+		}
 
 		# the waiter notes the time rlock_lock returned
 		my ($out, $err) = ('', '');
@@ -176,7 +186,15 @@ elsif ($cmd eq 'wakeup')
 		while (1)
 		{
 			my $state = '';
-			$h->pump_nb;
+			if ($h->pumpable)
+			{
+				$h->pump_nb;
+			}
+			else
+			{
+				$h->finish;
+				die "the waiter ended before the unlock: $out$err\n";
+			}
 			IPC::Run::run([ @psql, '-c', $waiting_sql ], '>', \$state);
 			chomp $state;
 			last if $state eq '1'
