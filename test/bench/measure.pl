@@ -4,12 +4,18 @@
 # cannot make themselves.  Each subcommand prints one line of numbers.
 #
 #   latency FILE...                 pgbench per-transaction logs:
-#                                   "count mean_ms p99_ms"
+#                                   "count mean_ms p99_ms max_ms"
 #   sha SCRIPTS_C NAME              SHA1 of one of rlock's Lua scripts, as
 #                                   Redis names it for EVALSHA
-#   spin REDIS_PORT CLIENTS SECONDS the spin-lock baseline on one key (SET NX,
-#                                   100 ms sleep when busy):
-#                                   "acquisitions_per_s p50_ms p99_ms" (hand-off)
+#   spin REDIS_PORT CLIENTS SECONDS PG_HOST PG_PORT
+#                                   the spin-lock baseline on one key (SET NX,
+#                                   100 ms sleep when busy), guarding the
+#                                   same transaction as the hot-key runs:
+#                                   "acquisitions_per_s handoff_p50_ms
+#                                   handoff_p99_ms latency_mean_ms
+#                                   latency_p99_ms latency_max_ms"
+#                                   (latency: from the first try to the
+#                                   release)
 #   handoff PSQL...                 hand-off gaps recorded by the hot-key
 #                                   scripts in table handoff: "p50_ms p99_ms"
 #   wakeup REDIS_PORT N PSQL...     from an unlock published by another
@@ -62,8 +68,8 @@ if ($cmd eq 'latency')
 	@lat = sort { $a <=> $b } @lat;
 	my $sum = 0;
 	$sum += $_ for @lat;
-	printf "%d %s %s\n", scalar @lat, ms(@lat ? $sum / @lat : 0),
-	  ms(pct(0.99, \@lat));
+	printf "%d %s %s %s\n", scalar @lat, ms(@lat ? $sum / @lat : 0),
+	  ms(pct(0.99, \@lat)), ms(@lat ? $lat[-1] : 0);
 }
 elsif ($cmd eq 'sha')
 {
@@ -80,8 +86,9 @@ elsif ($cmd eq 'sha')
 }
 elsif ($cmd eq 'spin')
 {
-	my ($port, $clients, $seconds) = @ARGV;
+	my ($port, $clients, $seconds, $pghost, $pgport) = @ARGV;
 	my $dir = tempdir(CLEANUP => 1);
+	require DBI;
 	my $start = time + 0.5;
 	my $end = $start + $seconds;
 	my @kids;
@@ -91,25 +98,36 @@ elsif ($cmd eq 'spin')
 		if ($pid == 0)
 		{
 			my $r = RlockTest::Resp->connect($port);
+			my $db = DBI->connect("dbi:Pg:host=$pghost;port=$pgport;dbname=postgres",
+				'postgres', '', { AutoCommit => 1, RaiseError => 1 });
+			my $insert = $db->prepare(
+				'INSERT INTO handoff VALUES (clock_timestamp(), clock_timestamp())');
 			my @rec;
 			sleep($start - time) if $start > time;
+			my $first;
 			while (time < $end)
 			{
+				$first //= time;
 				my $ok = $r->call('SET', 'bench:spin', "client:$id", 'NX', 'PX', 30000);
 				if (defined $ok && !ref $ok && $ok eq 'OK')
 				{
 					my $got = time;
+					$db->begin_work;
+					$insert->execute;
+					$db->commit;
 					# release only if still ours, as careful clients do
 					$r->call('EVAL',
 						"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0",
 						1, 'bench:spin', "client:$id");
-					push @rec, sprintf("%.6f %.6f", $got, time);
+					push @rec, sprintf("%.6f %.6f %.6f", $got, time, $first);
+					undef $first;
 				}
 				else
 				{
 					sleep(0.1);
 				}
 			}
+			$db->disconnect;
 			# one file per client: no interleaved lines
 			open(my $out, '>', "$dir/$id") or POSIX::_exit(1);
 			print $out "$_\n" for @rec;
@@ -132,8 +150,12 @@ elsif ($cmd eq 'spin')
 		push @gaps, $rec[$i][0] - $rec[ $i - 1 ][1];
 	}
 	@gaps = sort { $a <=> $b } @gaps;
-	printf "%.1f %s %s\n", @rec / $seconds, ms(pct(0.5, \@gaps)),
-	  ms(pct(0.99, \@gaps));
+	my @lat = sort { $a <=> $b } map { $_->[1] - $_->[2] } @rec;
+	my $sum = 0;
+	$sum += $_ for @lat;
+	printf "%.1f %s %s %s %s %s\n", @rec / $seconds, ms(pct(0.5, \@gaps)),
+	  ms(pct(0.99, \@gaps)), ms(@lat ? $sum / @lat : 0), ms(pct(0.99, \@lat)),
+	  ms(@lat ? $lat[-1] : 0);
 }
 elsif ($cmd eq 'handoff')
 {
