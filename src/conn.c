@@ -917,6 +917,9 @@ rlock_cmd_callback(redisAsyncContext *ac, void *r, void *privdata)
 	redisReply *reply = (redisReply *) r;
 
 	dlist_delete(&cmd->node);
+	if (reply != NULL)
+		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
+							(uint64) GetCurrentTimestamp());
 	if (reply != NULL && reply->type == REDIS_REPLY_ERROR &&
 		cmd->type != RLOCK_CMD_SERVER_INFO &&
 		!(cmd->type == RLOCK_CMD_HANDSHAKE && cmd->index < 0))

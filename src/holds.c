@@ -823,18 +823,30 @@ rlock_held_token(const char *key, int keylen)
 /*
  * Does what Redis last said of every transaction-scoped hold vouch for it
  * at this commit?  It does if Redis confirmed the hold on the current
- * command connection (so no restart or failover came between) with a
- * lease that ends more than rlock.verify_margin from now, and the worker
- * has seen nothing wrong with it since.  Asking Redis again could then
- * only catch someone removing the lock by hand.
+ * command connection (so no restart or failover came between, as far as
+ * a connection that answered in the last second shows) with a lease that
+ * ends more than rlock.verify_margin from now, nothing queued for it may
+ * shorten that lease, and the worker has seen nothing wrong with it
+ * since.  Asking Redis again could then only catch someone removing the
+ * lock by hand.
  */
 static bool
 rlock_xact_holds_vouched(void)
 {
-	TimestampTz enough = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 rlock_verify_margin);
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz enough = TimestampTzPlusMilliseconds(now, rlock_verify_margin);
 	uint32		epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
+	TimestampTz reply_at;
 	dlist_iter	iter;
+
+	/*
+	 * A connection that died without a word (a host gone, a partition)
+	 * looks open until a command times out: trust it only while Redis
+	 * answers on it, within a second or rlock.command_timeout.
+	 */
+	reply_at = (TimestampTz) pg_atomic_read_u64(&rlock_shared->cmd_reply_at);
+	if (now - reply_at > (int64) Min(rlock_command_timeout, 1000) * 1000)
+		return false;
 
 	dlist_foreach(iter, &xact_holds)
 	{
@@ -843,9 +855,10 @@ rlock_xact_holds_vouched(void)
 		bool		vouched;
 
 		SpinLockAcquire(&h->mutex);
+		/* a release queued or on the wire may still shorten the lease */
 		vouched = h->in_use && h->generation == lh->generation &&
-			!h->lost && !h->resync && !h->acquiring &&
-			h->count - h->to_release > 0 &&
+			!h->lost && !h->resync && !h->acquiring && !h->queued &&
+			h->to_release == 0 && h->unacked == 0 && h->count > 0 &&
 			h->epoch == epoch && h->expires_at > enough;
 		SpinLockRelease(&h->mutex);
 		if (!vouched)

@@ -299,8 +299,10 @@ typedef struct RlockShared
 
 	char		uuid[RLOCK_UUID_LEN + 1];	/* owner prefix of this instance */
 	pg_atomic_uint64 next_owner_id;
-	pg_atomic_uint32 cmd_epoch;	/* bumped whenever a command connection
-								 * becomes ready */
+	pg_atomic_uint32 cmd_epoch;	/* bumped whenever the command connection
+								 * is lost and a worker starts or exits */
+	pg_atomic_uint64 cmd_reply_at;	/* when the command connection last
+									 * answered anything */
 
 	int			nslots;
 	Size		slot_size;
@@ -551,21 +553,22 @@ extern PGDLLEXPORT void rlock_worker_main(Datum main_arg);
 extern void rlock_worker_reply(RlockConn *conn, RlockCmd *cmd, void *reply);
 extern void rlock_worker_conn_ready(RlockConn *conn);
 extern void rlock_worker_conn_lost(RlockConn *conn);
-extern bool rlock_worker_retry(int slot);
+extern bool rlock_worker_retry(int slot, const char *key, int keylen);
+extern bool rlock_worker_waiting(int slot, const char *key, int keylen);
 
 /* owners.c */
 extern void rlock_owners_init(void);
 extern void rlock_owners_note(int index);
 extern int	rlock_owners_holds(uint64 owner_id, const int **holds);
 extern void rlock_owners_sweep(void);
-extern bool rlock_worker_waiting(int slot);
 
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);
 extern void rlock_waiters_join(int slot, const char *key, int keylen);
 extern bool rlock_waiters_leave(int slot, bool pass_wake);
 extern uint64 rlock_waiters_wakes(int slot);
-extern bool rlock_waiters_line(const char *key, int keylen);
+extern TimestampTz rlock_waiters_line(const char *key, int keylen);
+extern void rlock_waiters_busy_until(int slot, TimestampTz until);
 #define RLOCK_HANDED_OFF		1
 #define RLOCK_HANDED_OFF_ECHO	2
 extern int	rlock_waiters_hand_off(const char *key, int keylen);

@@ -156,6 +156,7 @@ rlock_shmem_startup(void)
 		rlock_make_uuid(s->uuid);
 		pg_atomic_init_u64(&s->next_owner_id, 1);
 		pg_atomic_init_u32(&s->cmd_epoch, 1);
+		pg_atomic_init_u64(&s->cmd_reply_at, 0);
 
 		s->nslots = MaxBackends;
 		s->slot_size = rlock_slot_size();

@@ -70,6 +70,8 @@ typedef struct WaitGroup
 	uint64		sent;			/* number of the latest (UN)SUBSCRIBE */
 	int			echoes;			/* unlock messages of our own hand-offs
 								 * still to come */
+	TimestampTz busy_until;		/* the lock's lease end, as the latest busy
+								 * answer told (0: not known) */
 } WaitGroup;
 
 typedef struct Waiter
@@ -186,11 +188,13 @@ waiters_subscribe(WaitGroup *g)
 
 /*
  * Retry waiters of a group: all, or the first one that is waiting (not
- * trying already), which then moves to the back of the line.  False if
- * none was waiting.
+ * trying already), which then moves to the back of the line.  With a key,
+ * only waiters for that key (the keys "k" and "{k}" share a channel), and
+ * the one woken is told it was handed the lock.  False if none was
+ * waiting.
  */
 static bool
-waiters_wake(WaitGroup *g, bool all)
+waiters_wake(WaitGroup *g, bool all, const char *key, int keylen)
 {
 	dlist_mutable_iter iter;
 	bool		woke = false;
@@ -199,7 +203,7 @@ waiters_wake(WaitGroup *g, bool all)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
-		if (rlock_worker_retry(w - waiters))
+		if (rlock_worker_retry(w - waiters, key, keylen))
 		{
 			woke = true;
 			if (!all)
@@ -213,10 +217,12 @@ waiters_wake(WaitGroup *g, bool all)
 }
 
 /*
- * Does a request of this instance wait (not try) for the lock "key"?  A
- * new request for it then joins the line instead of trying.
+ * Does a request of this instance wait (not try) for the lock "key", held
+ * by someone until a known time?  Returns that time, the lease end the
+ * latest busy answer gave, or 0.  A new request for the key then joins
+ * the line instead of trying, and tries at that time at the latest.
  */
-bool
+TimestampTz
 rlock_waiters_line(const char *key, int keylen)
 {
 	WaitGroup  *g;
@@ -224,19 +230,32 @@ rlock_waiters_line(const char *key, int keylen)
 	int			len;
 
 	if (hash_get_num_entries(groups) == 0)
-		return false;
+		return 0;
 	len = rlock_channel_name(channel_buf, key, keylen);
 	g = waiters_find(channel_buf, len);
-	if (g == NULL)
-		return false;
+	if (g == NULL || g->busy_until == 0)
+		return 0;
 	dlist_foreach(iter, &g->waiters)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
-		if (rlock_worker_waiting(w - waiters))
-			return true;
+		if (rlock_worker_waiting(w - waiters, key, keylen))
+			return g->busy_until;
 	}
-	return false;
+	return 0;
+}
+
+/*
+ * A try of the request in "slot" found its lock held until "until": the
+ * line's other members wait for that long at most.
+ */
+void
+rlock_waiters_busy_until(int slot, TimestampTz until)
+{
+	WaitGroup  *g = waiters[slot].group;
+
+	if (g != NULL)
+		g->busy_until = until;
 }
 
 /*
@@ -271,6 +290,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->wakes = 0;
 		g->sent = 0;
 		g->echoes = 0;
+		g->busy_until = 0;
 	}
 
 	w->group = g;
@@ -297,7 +317,7 @@ rlock_waiters_leave(int slot, bool pass_wake)
 	dlist_delete(&w->node);
 	w->group = NULL;
 	if (--g->nwaiters > 0)
-		return !pass_wake || waiters_wake(g, false);
+		return !pass_wake || waiters_wake(g, false, NULL, 0);
 
 	if ((g->state == SUB_SUBSCRIBING || g->state == SUB_SUBSCRIBED) &&
 		waiters_send(g, false))
@@ -336,7 +356,7 @@ rlock_waiters_hand_off(const char *key, int keylen)
 		return 0;
 	len = rlock_channel_name(channel_buf, key, keylen);
 	g = waiters_find(channel_buf, len);
-	if (g == NULL || !waiters_wake(g, false))
+	if (g == NULL || !waiters_wake(g, false, key, keylen))
 		return 0;
 	if (g->state != SUB_SUBSCRIBED)
 		return RLOCK_HANDED_OFF;
@@ -346,7 +366,9 @@ rlock_waiters_hand_off(const char *key, int keylen)
 
 /*
  * A release that expected an echo (RLOCK_HANDED_OFF_ECHO) did not free the
- * lock, or may not have: its message is not to be waited for.
+ * lock, or may not have: its message is not to be waited for.  If a
+ * message was let pass in its place already, that one was someone else's
+ * unlock: wake a waiter now, as it would have.
  */
 void
 rlock_waiters_echo_cancel(const char *key, int keylen)
@@ -358,8 +380,15 @@ rlock_waiters_echo_cancel(const char *key, int keylen)
 		return;
 	len = rlock_channel_name(channel_buf, key, keylen);
 	g = waiters_find(channel_buf, len);
-	if (g != NULL && g->echoes > 0)
+	if (g == NULL)
+		return;
+	if (g->echoes > 0)
 		g->echoes--;
+	else
+	{
+		g->wakes++;
+		waiters_wake(g, false, NULL, 0);
+	}
 }
 
 /*
@@ -382,7 +411,7 @@ rlock_waiters_reply(RlockCmd *cmd, void *r)
 	if (cmd->type == RLOCK_CMD_SUBSCRIBE && g->state == SUB_SUBSCRIBING)
 	{
 		waiters_set_state(g, SUB_SUBSCRIBED);
-		waiters_wake(g, true);
+		waiters_wake(g, true, NULL, 0);
 	}
 	else if (cmd->type == RLOCK_CMD_UNSUBSCRIBE &&
 			 g->state == SUB_UNSUBSCRIBING && g->nwaiters == 0)
@@ -407,7 +436,7 @@ rlock_waiters_message(const char *channel, int channellen,
 		return;
 	}
 	g->wakes++;
-	waiters_wake(g, payloadlen == 1 && payload[0] == '1');
+	waiters_wake(g, payloadlen == 1 && payload[0] == '1', NULL, 0);
 }
 
 /*

@@ -94,7 +94,10 @@ typedef struct WorkerReq
 	uint64		wakes_seen;		/* wake-ups of its channel at last send */
 	uint64		releases_seen;	/* releases_sent at last send */
 	bool		woken;			/* retried by a wake-up, try not yet sent */
+	bool		handed;			/* ACQUIRE: handed the lock by a release of
+								 * this instance, and not answered yet */
 	bool		tried;			/* ACQUIRE: tried, or joined the line */
+	bool		line_only;		/* ACQUIRE: joined the line, never tried */
 	int			noscript;		/* NOSCRIPT retries so far */
 	TimestampTz timer_at;		/* 0 = no timer */
 	pairingheap_node timer_node;
@@ -288,7 +291,12 @@ worker_forget(WorkerReq *req)
 	if (req->state == REQ_PENDING)
 		dlist_delete(&req->pending_node);
 	worker_timer_cancel(req);
-	if (!rlock_waiters_leave(worker_slot_of(req), req->woken))
+
+	/*
+	 * A request woken, or handed the lock, that ends without it passes the
+	 * wake-up on: the lock may be free, and its unlock message was spent.
+	 */
+	if (!rlock_waiters_leave(worker_slot_of(req), req->woken || req->handed))
 	{
 		/* no one took its wake-up: tries on the wire must not sleep */
 		RlockHold  *h = rlock_hold(req->hold);
@@ -296,6 +304,7 @@ worker_forget(WorkerReq *req)
 		*worker_release_mark(h->key, h->keylen) = ++releases_sent;
 	}
 	req->woken = false;
+	req->handed = false;
 	if (req->key != NULL)
 	{
 		pfree(req->key);
@@ -693,28 +702,34 @@ worker_release_reply(RlockCmd *cmd, redisReply *reply)
  * A first acquire that may wait, for a lock that requests of this
  * instance already wait for, joins their line without trying: the lock
  * is held, and a hand-off or an unlock message will let it try in turn.
- * Its timer is rlock.watchdog_timeout (or its deadline), as for a lock
- * without expiry, so that a missed wake-up costs time, not a hang.
+ * Its timer is the lease end the line's latest busy answer gave (at most
+ * rlock.watchdog_timeout away) or its own deadline, so that a missed
+ * wake-up costs time, not a hang; at its deadline it tries once before it
+ * gives up.
  */
 static bool
 worker_join_line(WorkerReq *req)
 {
 	RlockHold  *h = rlock_hold(req->hold);
+	TimestampTz busy_until;
 	TimestampTz now;
 	TimestampTz retry_at;
 
-	if (!rlock_waiters_line(h->key, h->keylen))
-		return false;
+	busy_until = rlock_waiters_line(h->key, h->keylen);
 	now = GetCurrentTimestamp();
+	if (busy_until <= now)
+		return false;			/* no line, or the lease may be over */
 	if (req->wait_until != 0 && now >= req->wait_until)
 		return false;			/* may not wait: it tries */
 
 	req->tried = true;
+	req->line_only = true;
 	req->wakes_seen = 0;
 	rlock_waiters_join(worker_slot_of(req), h->key, h->keylen);
 	worker_set_state(req, REQ_WAITING);
 	worker_mark_busy(req);
-	retry_at = TimestampTzPlusMilliseconds(now, rlock_watchdog_timeout);
+	retry_at = Min(busy_until,
+				   TimestampTzPlusMilliseconds(now, rlock_watchdog_timeout));
 	if (req->wait_until != 0)
 		retry_at = Min(retry_at, req->wait_until);
 	worker_timer_set(req, retry_at);
@@ -777,6 +792,7 @@ worker_send_acquire(WorkerReq *req)
 	req->releases_seen = releases_sent;
 	req->woken = false;
 	req->tried = true;
+	req->line_only = false;
 	worker_set_state(req, REQ_INFLIGHT);
 	if (!rlock_conn_send(rlock_cmd_conn(), cmd, argc, argv, lens))
 	{
@@ -920,27 +936,34 @@ worker_send_pending(void)
  * callbacks: it only moves the request to the pending list.
  */
 bool
-rlock_worker_retry(int slot)
+rlock_worker_retry(int slot, const char *key, int keylen)
 {
 	WorkerReq  *req = &reqs[slot];
 
-	if (req->state != REQ_WAITING || req->op != RLOCK_OP_ACQUIRE)
+	if (!rlock_worker_waiting(slot, key, keylen))
 		return false;
 	req->woken = true;
+	req->handed = (key != NULL);
 	worker_make_pending(req);
 	return true;
 }
 
 /*
  * Does the request in "slot" wait for a wake-up (neither trying nor about
- * to)?
+ * to)?  With a key, for that key.
  */
 bool
-rlock_worker_waiting(int slot)
+rlock_worker_waiting(int slot, const char *key, int keylen)
 {
 	WorkerReq  *req = &reqs[slot];
+	RlockHold  *h;
 
-	return req->state == REQ_WAITING && req->op == RLOCK_OP_ACQUIRE;
+	if (req->state != REQ_WAITING || req->op != RLOCK_OP_ACQUIRE)
+		return false;
+	if (key == NULL)
+		return true;
+	h = rlock_hold(req->hold);
+	return h->keylen == keylen && memcmp(h->key, key, keylen) == 0;
 }
 
 /*---- replies ----*/
@@ -979,6 +1002,7 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz retry_at;
 
+	req->handed = false;		/* someone else has it: their release wakes */
 	if (req->wait_until != 0 && now >= req->wait_until)
 	{
 		worker_complete(req, RLOCK_STATUS_BUSY, 0, NULL);
@@ -986,6 +1010,10 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	}
 
 	rlock_waiters_join(slot, h->key, h->keylen);
+	rlock_waiters_busy_until(slot, pttl > 0 ?
+							 TimestampTzPlusMilliseconds(now, pttl) :
+							 TimestampTzPlusMilliseconds(now,
+														 rlock_watchdog_timeout));
 	if (rlock_waiters_wakes(slot) != req->wakes_seen ||
 		*worker_release_mark(h->key, h->keylen) > req->releases_seen ||
 		pttl == 0 || pttl == -2)
@@ -1069,6 +1097,7 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 		worker_make_pending(req);	/* after the resync, on a new connection */
 	else if (granted)
 	{
+		req->handed = false;	/* taken: its release will hand it on */
 		if (!worker_answer(cmd->slot, req->seq, RLOCK_STATUS_OK, value, NULL))
 			rlock_queue_release(cmd->hold, 1, -1, false);
 		worker_forget(req);
@@ -1311,7 +1340,9 @@ worker_take_slot(int slot)
 	req->keylen = taken.keylen;
 	req->noscript = 0;
 	req->woken = false;
+	req->handed = false;
 	req->tried = false;
+	req->line_only = false;
 	if (taken.keylen > 0)
 	{
 		/*
@@ -1372,10 +1403,11 @@ worker_fire_timers(TimestampTz now)
 		}
 		else if (req->state == REQ_WAITING)
 		{
-			if (req->wait_until != 0 && now >= req->wait_until)
+			if (req->wait_until != 0 && now >= req->wait_until &&
+				!req->line_only)
 				worker_complete(req, RLOCK_STATUS_BUSY, 0, NULL);
 			else
-				worker_make_pending(req);
+				worker_make_pending(req);	/* a last try, if in line */
 		}
 	}
 }
@@ -1530,6 +1562,8 @@ worker_exit(int code, Datum arg)
 	rlock_shared->worker_latch = NULL;
 	rlock_shared->worker_pid = 0;
 	SpinLockRelease(&rlock_shared->mutex);
+	/* nobody watches Redis until the next worker: commits ask */
+	pg_atomic_fetch_add_u32(&rlock_shared->cmd_epoch, 1);
 	worker_answer_taken_slots();
 }
 

@@ -1,7 +1,11 @@
 # Waiting the Redisson way: one subscription per key per instance shared by
 # every local waiter and dropped with the last one; retries on each unlock
 # message or after the lock's remaining TTL; waits that end or are
-# cancelled leave nothing behind.
+# cancelled leave nothing behind.  Sessions of one instance wait in a line,
+# but a lock that expires without an unlock message (its holder died) is
+# still found free at its lease end by those who joined the line without
+# trying, and keys that share a channel ("k" and "{k}") keep separate
+# lines.
 
 use strict;
 use warnings;
@@ -111,5 +115,52 @@ is_deeply($redis->cmd('HKEYS', 'wait:out'), [$foreign],
 is(scalar $c->query("SELECT rlock_held('wait:out')"), '0',
 	'the session holds nothing');
 $c->quit;
+
+# -- the line ------------------------------------------------------------------
+
+# A foreign holder dies: its lease (1.5 s) runs out and nobody publishes.
+# The first waiter gives up early; the second joined the line behind it
+# without trying.  It must still try when the lease ends, not wait out its
+# own 20 s.
+$redis->cmd('HSET', 'line:dead', $foreign, 1);
+$redis->cmd('PEXPIRE', 'line:dead', 1500);
+my $first = $node->background_psql('postgres');
+my $first_pid = $first->query_safe('SELECT pg_backend_pid()');
+$first->query_until(qr/started/,
+	"\\echo started\nSELECT rlock_try('line:dead', '500 ms');\n");
+ok( RlockTest::wait_until(
+		sub { RlockTest::count_waiting($node, $first_pid) == 1 }),
+	'a first session waits for the dying lock');
+my $second = $node->background_psql('postgres');
+my $t0 = time;
+is($second->query_safe("SELECT rlock_try('line:dead', '20 s')"), 't',
+	'a session that joined the line gets the lock once the lease ran out');
+my $took = time - $t0;
+cmp_ok($took, '<', 5, "soon after the lease ended, not at its own deadline ($took s)");
+is($first->query_safe('SELECT 1'), "f\n1",
+	'the first session had given up (rlock_try false)');
+$first->quit;
+$second->quit;
+
+# "k" and "{k}" share a channel but are two locks: a waiter for one does
+# not make a request for the other wait.
+$redis->cmd('HSET', '{line:k}', $foreign, 1);
+$redis->cmd('PEXPIRE', '{line:k}', 60_000);
+my $braced = $node->background_psql('postgres');
+my $braced_pid = $braced->query_safe('SELECT pg_backend_pid()');
+$braced->query_until(qr/started/,
+	"\\echo started\nSELECT rlock_try('{line:k}', '30 s');\n");
+ok( RlockTest::wait_until(
+		sub { RlockTest::count_waiting($node, $braced_pid) == 1 }),
+	'a session waits for "{line:k}"');
+$t0 = time;
+is($node->safe_psql('postgres', "SELECT rlock_try('line:k', '20 s')"), 't',
+	'"line:k" is free and taken');
+$took = time - $t0;
+cmp_ok($took, '<', 2, "at once ($took s)");
+$redis->cmd('DEL', '{line:k}');
+$redis->cmd('PUBLISH', 'redisson_lock__channel:{line:k}', '0');
+is($braced->query_safe('SELECT 1'), "t\n1", 'the other waiter is served too');
+$braced->quit;
 
 done_testing();
