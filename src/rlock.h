@@ -565,10 +565,12 @@ extern void rlock_owners_sweep(void);
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);
 extern void rlock_waiters_join(int slot, const char *key, int keylen);
-extern bool rlock_waiters_leave(int slot, bool pass_wake);
+extern bool rlock_waiters_leave(int slot, bool pass_wake, const char *key,
+								int keylen);
 extern uint64 rlock_waiters_wakes(int slot);
 extern TimestampTz rlock_waiters_line(const char *key, int keylen);
-extern void rlock_waiters_busy_until(int slot, TimestampTz until);
+extern void rlock_waiters_busy_until(int slot, const char *key, int keylen,
+									 TimestampTz until);
 #define RLOCK_HANDED_OFF		1
 #define RLOCK_HANDED_OFF_ECHO	2
 extern int	rlock_waiters_hand_off(const char *key, int keylen);

@@ -70,8 +70,9 @@ typedef struct WaitGroup
 	uint64		sent;			/* number of the latest (UN)SUBSCRIBE */
 	int			echoes;			/* unlock messages of our own hand-offs
 								 * still to come */
-	TimestampTz busy_until;		/* the lock's lease end, as the latest busy
-								 * answer told (0: not known) */
+	TimestampTz busy_until[2];	/* the lock's lease end, as the latest busy
+								 * answer or local grant told (0: not
+								 * known); [1] for a key with a brace */
 } WaitGroup;
 
 typedef struct Waiter
@@ -79,6 +80,13 @@ typedef struct Waiter
 	WaitGroup  *group;			/* NULL when not waiting */
 	dlist_node	node;
 } Waiter;
+
+/*
+ * Only two keys share a channel: "k" and "{k}" (a key with a brace names
+ * its channel itself).  Per-key state of a group is indexed by this.
+ */
+#define WAITERS_VARIANT(key, keylen) \
+	(memchr((key), '{', (keylen)) != NULL ? 1 : 0)
 
 static HTAB *groups = NULL;
 static Waiter *waiters = NULL;	/* one per slot */
@@ -233,29 +241,31 @@ rlock_waiters_line(const char *key, int keylen)
 		return 0;
 	len = rlock_channel_name(channel_buf, key, keylen);
 	g = waiters_find(channel_buf, len);
-	if (g == NULL || g->busy_until == 0)
+	if (g == NULL || g->busy_until[WAITERS_VARIANT(key, keylen)] == 0)
 		return 0;
 	dlist_foreach(iter, &g->waiters)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
 		if (rlock_worker_waiting(w - waiters, key, keylen))
-			return g->busy_until;
+			return g->busy_until[WAITERS_VARIANT(key, keylen)];
 	}
 	return 0;
 }
 
 /*
- * A try of the request in "slot" found its lock held until "until": the
- * line's other members wait for that long at most.
+ * The lock "key" the request in "slot" waits for is held until "until" (a
+ * busy answer, or a grant to a member of the line): members of the line
+ * that joined without trying wait for that long at most.
  */
 void
-rlock_waiters_busy_until(int slot, TimestampTz until)
+rlock_waiters_busy_until(int slot, const char *key, int keylen,
+						 TimestampTz until)
 {
 	WaitGroup  *g = waiters[slot].group;
 
 	if (g != NULL)
-		g->busy_until = until;
+		g->busy_until[WAITERS_VARIANT(key, keylen)] = until;
 }
 
 /*
@@ -290,7 +300,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->wakes = 0;
 		g->sent = 0;
 		g->echoes = 0;
-		g->busy_until = 0;
+		g->busy_until[0] = g->busy_until[1] = 0;
 	}
 
 	w->group = g;
@@ -302,12 +312,13 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 
 /*
  * The request in "slot" stops waiting.  With pass_wake it was woken and
- * never tried: another waiter tries in its place; false if there was none
+ * never tried: another waiter tries in its place (one for "key", which is
+ * then handed the lock, if key is not NULL); false if there was none
  * waiting to take the wake-up.  The last waiter of a group takes its
  * subscription away.
  */
 bool
-rlock_waiters_leave(int slot, bool pass_wake)
+rlock_waiters_leave(int slot, bool pass_wake, const char *key, int keylen)
 {
 	Waiter	   *w = &waiters[slot];
 	WaitGroup  *g = w->group;
@@ -317,7 +328,7 @@ rlock_waiters_leave(int slot, bool pass_wake)
 	dlist_delete(&w->node);
 	w->group = NULL;
 	if (--g->nwaiters > 0)
-		return !pass_wake || waiters_wake(g, false, NULL, 0);
+		return !pass_wake || waiters_wake(g, false, key, keylen);
 
 	if ((g->state == SUB_SUBSCRIBING || g->state == SUB_SUBSCRIBED) &&
 		waiters_send(g, false))

@@ -296,7 +296,9 @@ worker_forget(WorkerReq *req)
 	 * A request woken, or handed the lock, that ends without it passes the
 	 * wake-up on: the lock may be free, and its unlock message was spent.
 	 */
-	if (!rlock_waiters_leave(worker_slot_of(req), req->woken || req->handed))
+	if (!rlock_waiters_leave(worker_slot_of(req), req->woken || req->handed,
+							 req->handed ? rlock_hold(req->hold)->key : NULL,
+							 req->handed ? rlock_hold(req->hold)->keylen : 0))
 	{
 		/* no one took its wake-up: tries on the wire must not sleep */
 		RlockHold  *h = rlock_hold(req->hold);
@@ -1010,10 +1012,12 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	}
 
 	rlock_waiters_join(slot, h->key, h->keylen);
-	rlock_waiters_busy_until(slot, pttl > 0 ?
-							 TimestampTzPlusMilliseconds(now, pttl) :
+	rlock_waiters_busy_until(slot, h->key, h->keylen,
+							 pttl > 0 ? TimestampTzPlusMilliseconds(now, pttl) :
+							 pttl == -1 ?
 							 TimestampTzPlusMilliseconds(now,
-														 rlock_watchdog_timeout));
+														 rlock_watchdog_timeout) :
+							 now);	/* the lease is ending: no line */
 	if (rlock_waiters_wakes(slot) != req->wakes_seen ||
 		*worker_release_mark(h->key, h->keylen) > req->releases_seen ||
 		pttl == 0 || pttl == -2)
@@ -1097,6 +1101,10 @@ worker_acquire_reply(RlockCmd *cmd, redisReply *reply)
 		worker_make_pending(req);	/* after the resync, on a new connection */
 	else if (granted)
 	{
+		/* the line now waits for this grant's lease at most */
+		rlock_waiters_busy_until(cmd->slot, h->key, h->keylen,
+								 TimestampTzPlusMilliseconds(cmd->sent_at,
+															 cmd->lease_ms));
 		req->handed = false;	/* taken: its release will hand it on */
 		if (!worker_answer(cmd->slot, req->seq, RLOCK_STATUS_OK, value, NULL))
 			rlock_queue_release(cmd->hold, 1, -1, false);
