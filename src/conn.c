@@ -587,6 +587,20 @@ rlock_info_field(const char *info, const char *name, char *buf, size_t size)
 }
 
 /*
+ * Send a handshake command whose failure does not fail the connection
+ * (index: RLOCK_HANDSHAKE_*, which says what its reply is for).
+ */
+static void
+rlock_conn_send_optional(RlockConn *conn, int index, int argc,
+						 const char **argv, const size_t *lens)
+{
+	RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
+
+	cmd->index = index;
+	(void) rlock_conn_send(conn, cmd, argc, argv, lens);
+}
+
+/*
  * Part of the command connection's handshake: ask which server this is
  * (INFO server gives its version and its run_id, which names the server
  * process) and this connection's CLIENT ID.  The fence against the
@@ -595,27 +609,16 @@ rlock_info_field(const char *info, const char *name, char *buf, size_t size)
 static void
 rlock_conn_identify(RlockConn *conn)
 {
-	const char *argv[2];
-	size_t		lens[2];
-	RlockCmd   *cmd;
+	static const char *info[2] = {"INFO", "server"};
+	static const size_t info_lens[2] = {4, 6};
+	static const char *client_id[2] = {"CLIENT", "ID"};
+	static const size_t client_id_lens[2] = {6, 2};
 
 	conn->run_id[0] = '\0';
 	redis_version[0] = '\0';
-	argv[0] = "INFO";
-	argv[1] = "server";
-	lens[0] = 4;
-	lens[1] = 6;
-	cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
-	cmd->index = RLOCK_HANDSHAKE_INFO;
-	(void) rlock_conn_send(conn, cmd, 2, argv, lens);
-
-	argv[0] = "CLIENT";
-	argv[1] = "ID";
-	lens[0] = 6;
-	lens[1] = 2;
-	cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
-	cmd->index = RLOCK_HANDSHAKE_CLIENT_ID;
-	(void) rlock_conn_send(conn, cmd, 2, argv, lens);
+	rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_INFO, 2, info, info_lens);
+	rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_CLIENT_ID, 2, client_id,
+							 client_id_lens);
 }
 
 /*
@@ -643,7 +646,6 @@ rlock_conn_fence(RlockConn *conn)
 	char		id[24];
 	int64		previous;
 	bool		same_server;
-	RlockCmd   *cmd;
 
 	SpinLockAcquire(&rlock_shared->mutex);
 	previous = rlock_shared->cmd_client_id;
@@ -661,9 +663,7 @@ rlock_conn_fence(RlockConn *conn)
 	lens[1] = 4;
 	lens[2] = 2;
 	lens[3] = snprintf(id, sizeof(id), INT64_FORMAT, previous);
-	cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
-	cmd->index = RLOCK_HANDSHAKE_FENCE;
-	(void) rlock_conn_send(conn, cmd, 4, argv, lens);
+	rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_FENCE, 4, argv, lens);
 }
 
 /*
@@ -794,7 +794,6 @@ rlock_on_connect(const redisAsyncContext *cac, int status)
 	{
 		const char *argv[3];
 		size_t		lens[3];
-		RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
 
 		argv[0] = "CLIENT";
 		argv[1] = "SETNAME";
@@ -803,8 +802,7 @@ rlock_on_connect(const redisAsyncContext *cac, int status)
 		lens[1] = 7;
 		lens[2] = strlen(argv[2]);
 		/* an ACL may forbid CLIENT SETNAME: not a reason to fail */
-		cmd->index = RLOCK_HANDSHAKE_OPTIONAL;
-		(void) rlock_conn_send(conn, cmd, 3, argv, lens);
+		rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_OPTIONAL, 3, argv, lens);
 	}
 
 	if (!conn->subscriber)
