@@ -726,7 +726,6 @@ worker_join_line(WorkerReq *req)
 
 	req->tried = true;
 	req->line_only = true;
-	req->wakes_seen = 0;
 	rlock_waiters_join(worker_slot_of(req), h->key, h->keylen);
 	worker_set_state(req, REQ_WAITING);
 	worker_mark_busy(req);
