@@ -55,6 +55,14 @@ static char *ps_waiting = NULL;
 #define RLOCK_PS_SUFFIX		" waiting for rlock"
 
 /*
+ * How often a request looks for the worker's mark that the lock is busy,
+ * until it has put "waiting" in the process title.  The worker sets the
+ * mark without a wake-up, which on a hot key would cost a signal per
+ * request, so short waits never show in the title.
+ */
+#define RLOCK_PS_LOOK_MS	50
+
+/*
  * Add " waiting for rlock" to the process title (as a heavyweight lock
  * wait adds " waiting"), or take it off again.  Never raises once on.
  */
@@ -176,6 +184,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		bool		busy;
 		TimestampTz now;
 		TimestampTz until;
+		TimestampTz wake_at;
 		int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
 		long		timeout = -1;
 
@@ -204,6 +213,15 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 
 		now = GetCurrentTimestamp();
 		until = (state == RLOCK_SLOT_PENDING) ? take_by : answer_by;
+		wake_at = until;
+		if (ps_plain_len < 0 && update_process_title)
+		{
+			TimestampTz look = TimestampTzPlusMilliseconds(now,
+														   RLOCK_PS_LOOK_MS);
+
+			if (wake_at == 0 || look < wake_at)
+				wake_at = look;
+		}
 		if (until != 0 && now >= until)
 		{
 			rlock_abandon_request();
@@ -218,10 +236,10 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 					 "The rlock background worker did not answer in time.");
 			return RLOCK_STATUS_CONNECTION;
 		}
-		if (until != 0)
+		if (wake_at != 0)
 		{
 			events |= WL_TIMEOUT;
-			timeout = (long) ((until - now + 999) / 1000);
+			timeout = (long) ((wake_at - now + 999) / 1000);
 		}
 
 		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);

@@ -970,23 +970,21 @@ rlock_worker_waiting(int slot, const char *key, int keylen)
 /*---- replies ----*/
 
 /*
- * Tell the backend (and the views) that its acquire waits for the lock.
+ * Mark an acquire as waiting for the lock, for the views and the process
+ * title.  No wake-up: the backend looks at the mark by itself (see
+ * rlock_wait_for_answer()), so that a request joining a busy key costs no
+ * signal, which on a hot key would come right before the write that hands
+ * the lock on.
  */
 static void
 worker_mark_busy(WorkerReq *req)
 {
 	RlockSlot  *s = rlock_slot(worker_slot_of(req));
-	Latch	   *latch = NULL;
 
 	SpinLockAcquire(&s->mutex);
-	if (s->seq == req->seq && s->state == RLOCK_SLOT_TAKEN && !s->busy)
-	{
+	if (s->seq == req->seq && s->state == RLOCK_SLOT_TAKEN)
 		s->busy = true;
-		latch = s->latch;
-	}
 	SpinLockRelease(&s->mutex);
-	if (latch != NULL)
-		SetLatch(latch);
 }
 
 /*
