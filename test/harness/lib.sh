@@ -79,13 +79,15 @@ free_port() {
 		 LocalPort => 0, Proto => "tcp")->sockport, "\n"'
 }
 
-# start_redis DIR PORT: a throw-away redis-server without persistence.
+# start_redis DIR PORT [OPTION...]: a throw-away redis-server without
+# persistence, with more redis-server options if given.
 start_redis() {
 	local dir=$1 port=$2 i
+	shift 2
 	as_run_user redis-server --port "$port" --bind 127.0.0.1 \
 		--save '' --appendonly no --dir "$dir" \
 		--daemonize yes --pidfile "$dir/redis-$port.pid" \
-		--logfile "$dir/redis-$port.log" ||
+		--logfile "$dir/redis-$port.log" "$@" ||
 		die "could not start redis-server on port $port"
 	for i in $(seq 1 100); do
 		redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
