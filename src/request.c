@@ -166,6 +166,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 	TimestampTz start = GetCurrentTimestamp();
 	TimestampTz take_by;
 	TimestampTz answer_by;
+	bool		may_show_waiting;
 
 	take_by = TimestampTzPlusMilliseconds(start, rlock_connect_timeout +
 										  RLOCK_WORKER_GRACE_MS);
@@ -176,6 +177,10 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 												(int64) rlock_connect_timeout +
 												rlock_command_timeout +
 												RLOCK_WORKER_GRACE_MS);
+	/* only an acquire that may wait can be found busy */
+	may_show_waiting = update_process_title &&
+		slot->op == RLOCK_OP_ACQUIRE &&
+		(wait_until == 0 || wait_until > start);
 
 	for (;;)
 	{
@@ -214,7 +219,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		now = GetCurrentTimestamp();
 		until = (state == RLOCK_SLOT_PENDING) ? take_by : answer_by;
 		wake_at = until;
-		if (ps_plain_len < 0 && update_process_title)
+		if (ps_plain_len < 0 && may_show_waiting)
 		{
 			TimestampTz look = TimestampTzPlusMilliseconds(now,
 														   RLOCK_PS_LOOK_MS);
