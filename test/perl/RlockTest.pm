@@ -170,6 +170,26 @@ sub wait_for_new_worker
 		$seconds // 10);
 }
 
+# Wait until a session can take $n locks at once (prefix "$prefix"), then
+# let them go: with rlock.max_locks = $n, that every entry of the hold table
+# came free.  True if it did within $seconds.
+sub hold_table_free
+{
+	my ($node, $n, $prefix, $seconds) = @_;
+	my $s = $node->background_psql('postgres');
+	my $free = wait_until(
+		sub {
+			my $taken = $s->query_safe(
+				"SELECT count(*) FROM generate_series(1, $n) i WHERE rlock_session_try('$prefix' || i)"
+			);
+			$s->query_safe('SELECT rlock_release_all()');
+			return $taken eq $n;
+		},
+		$seconds // 10);
+	$s->quit;
+	return $free;
+}
+
 # Is the IPC::Run harness $h still running?  Collects its output so far.
 sub still_running
 {

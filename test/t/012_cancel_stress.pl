@@ -87,17 +87,7 @@ ok(RlockTest::wait_until(sub { @{ $redis->cmd('KEYS', 'stress:*') } == 0 }, 10),
 	'no lock is left in Redis');
 ok(!grep({ $redis->subscribers("stress:$_") } 1 .. 8), 'nor a subscription');
 
-my $s = $node->background_psql('postgres');
-ok( RlockTest::wait_until(
-		sub {
-			my $n = $s->query_safe(
-				"SELECT count(*) FROM generate_series(1, 64) i WHERE rlock_session_try('stress:free:' || i)"
-			);
-			$s->query_safe('SELECT rlock_release_all()');
-			$n eq '64';
-		},
-		10),
+ok(RlockTest::hold_table_free($node, 64, 'stress:free:'),
 	'every entry of the hold table is free');
-$s->quit;
 
 done_testing();

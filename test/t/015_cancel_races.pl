@@ -169,18 +169,8 @@ ok(RlockTest::wait_until(sub { @{ $redis->cmd('KEYS', 'race:*') } == 0 }, 10),
 	'no lock is left in Redis');
 ok(!grep({ $redis->subscribers("race:$_") } (1, 2, 'held')),
 	'no subscription is left');
-my $s = $node->background_psql('postgres');
-ok( RlockTest::wait_until(
-		sub {
-			my $n = $s->query_safe(
-				"SELECT count(*) FROM generate_series(1, 64) i WHERE rlock_session_try('race:free:' || i)"
-			);
-			$s->query_safe('SELECT rlock_release_all()');
-			$n eq '64';
-		},
-		10),
+ok(RlockTest::hold_table_free($node, 64, 'race:free:'),
 	'every entry of the hold table is free');
-$s->quit;
 
 is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM (
