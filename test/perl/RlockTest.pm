@@ -170,6 +170,18 @@ sub wait_for_new_worker
 		$seconds // 10);
 }
 
+# How many critical sections recorded in table spans (k key, s start,
+# e end) began before the previous one on the same key had ended.
+sub overlapping_spans
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres', q{
+		SELECT count(*) FROM (
+			SELECT s < lag(e) OVER (PARTITION BY k ORDER BY s) AS overlap
+			FROM spans) x
+		WHERE overlap});
+}
+
 # Wait until a session can take $n locks at once (prefix "$prefix"), then
 # let them go: with rlock.max_locks = $n, that every entry of the hold table
 # came free.  True if it did within $seconds.

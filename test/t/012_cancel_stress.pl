@@ -75,12 +75,7 @@ note "critical sections: $taken, timeouts: $timeouts";
 cmp_ok($timeouts, '>', 0, "timeouts happened ($timeouts)");
 is($taken + $timeouts, 2000, 'every iteration either held the lock or timed out');
 
-is( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM (
-			SELECT s < lag(e) OVER (PARTITION BY k ORDER BY s) AS overlap
-			FROM spans) x
-		WHERE overlap}),
-	'0',
+is(RlockTest::overlapping_spans($node), '0',
 	'no two critical sections on one key overlapped');
 
 ok(RlockTest::wait_until(sub { @{ $redis->cmd('KEYS', 'stress:*') } == 0 }, 10),

@@ -172,12 +172,7 @@ ok(!grep({ $redis->subscribers("race:$_") } (1, 2, 'held')),
 ok(RlockTest::hold_table_free($node, 64, 'race:free:'),
 	'every entry of the hold table is free');
 
-is( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM (
-			SELECT s < lag(e) OVER (PARTITION BY k ORDER BY s) AS overlap
-			FROM spans) x
-		WHERE overlap}),
-	'0',
+is(RlockTest::overlapping_spans($node), '0',
 	'no two critical sections on one key overlapped');
 
 done_testing();
