@@ -9,13 +9,13 @@
 #                           throw-away servers
 
 MODULE_big = rlock
-OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c))
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c src/*/*/*.c))
 
 EXTENSION = rlock
 DATA = rlock--1.0.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
 
-PG_CPPFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter \
+PG_CPPFLAGS = -I$(srcdir)/src -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK = -lhiredis
 
@@ -25,7 +25,7 @@ REGRESS = api errors scopes savepoints procedures tokens views
 REGRESS_OPTS = --temp-instance=./tmp_regress \
 	--temp-config=./test/out/rlock.conf
 ISOLATION = blocking wakeup commit_visible abort_release session_xact
-ISOLATION_OPTS = --inputdir=test --temp-instance=./tmp_iso \
+ISOLATION_OPTS = --temp-instance=./tmp_iso \
 	--temp-config=./test/out/rlock.conf
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
@@ -36,8 +36,8 @@ ifneq ($(PGXS),)
 include $(PGXS)
 # after PGXS, which sets it empty
 PROVE_FLAGS += -I ./test/perl
-# every file includes the one header: a change to it rebuilds them all
-$(OBJS) $(OBJS:.o=.bc): src/rlock.h
+# a change to any header rebuilds every file
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 else
 # "make test" and "make demo" install PostgreSQL themselves when it is missing
 all install installcheck:

@@ -25,7 +25,7 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
-#include "rlock.h"
+#include "shared/shared.h"
 
 PG_MODULE_MAGIC;
 

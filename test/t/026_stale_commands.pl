@@ -20,10 +20,10 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
-use RlockProxy;
+use RlockTest::Proxy;
 
 my $redis = RlockTest::Redis->start;
-my $relay = RlockProxy->start($redis->port);
+my $relay = RlockTest::Proxy->start($redis->port);
 my $node = RlockTest::node('stale', $redis,
 	command_timeout => '1s',
 	conf => ["rlock.port = " . $relay->port]);

@@ -32,7 +32,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "rlock.h"
+#include "backend/backend.h"
 
 /* Owner number of this session, 0 until first used */
 static uint64 my_owner_id = 0;

@@ -32,7 +32,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "rlock.h"
+#include "backend/backend.h"
 
 PG_FUNCTION_INFO_V1(rlock_locks);
 PG_FUNCTION_INFO_V1(rlock_stats);

@@ -3,12 +3,12 @@
 
 =head1 NAME
 
-RlockProxy - a TCP relay between rlock and Redis that can hold back what
+RlockTest::Proxy - a TCP relay between rlock and Redis that can hold back what
 one client sends, as a network that delays packets would
 
 =head1 SYNOPSIS
 
-  my $proxy = RlockProxy->start($redis->port);
+  my $proxy = RlockTest::Proxy->start($redis->port);
   # point rlock.port at $proxy->port
   $proxy->hold('rlock_command');   # bytes from that connection wait here
   ...                              # rlock gives up on it and reconnects
@@ -28,7 +28,7 @@ or had already closed the connection ('closed': they could not run).
 
 =cut
 
-package RlockProxy;
+package RlockTest::Proxy;
 
 use strict;
 use warnings;

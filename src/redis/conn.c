@@ -59,7 +59,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "rlock.h"
+#include "worker/worker_int.h"
 
 #define RLOCK_BACKOFF_MIN_MS	50
 #define RLOCK_BACKOFF_MAX_MS	1000

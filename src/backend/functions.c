@@ -22,7 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "rlock.h"
+#include "backend/backend.h"
 
 PG_FUNCTION_INFO_V1(rlock_try);
 PG_FUNCTION_INFO_V1(rlock_lock);

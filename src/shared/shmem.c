@@ -65,7 +65,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
-#include "rlock.h"
+#include "shared/shared.h"
 
 RlockShared *rlock_shared = NULL;
 

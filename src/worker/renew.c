@@ -30,7 +30,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "rlock.h"
+#include "worker/worker_int.h"
 
 static TimestampTz next_renewal = 0;
 

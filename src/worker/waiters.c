@@ -50,7 +50,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
-#include "rlock.h"
+#include "worker/worker_int.h"
 
 typedef enum SubState
 {

@@ -22,7 +22,7 @@
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
 
-#include "rlock.h"
+#include "shared/shared.h"
 
 /*
  * Write a name Redisson derives from a lock key into buf: the prefix, then

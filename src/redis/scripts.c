@@ -26,7 +26,7 @@
  */
 #include "postgres.h"
 
-#include "rlock.h"
+#include "worker/worker_int.h"
 
 /*
  * Acquire.  KEYS[1] lock, and KEYS[2] its fencing token counter when the

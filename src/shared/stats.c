@@ -29,7 +29,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
-#include "rlock.h"
+#include "shared/shared.h"
 
 const int64 rlock_latency_bounds[RLOCK_LATENCY_BUCKETS - 1] = {
 	50, 100, 250, 500,

@@ -60,7 +60,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "rlock.h"
+#include "backend/backend.h"
 
 /*
  * Consecutive holds alike in scope, subtransaction and lease.  A hold taken

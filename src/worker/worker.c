@@ -61,7 +61,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "rlock.h"
+#include "worker/worker_int.h"
 
 typedef enum ReqState
 {

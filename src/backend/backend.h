@@ -1,0 +1,56 @@
+/*-------------------------------------------------------------------------
+ *
+ * backend.h
+ *		The backend side: argument checks, the session's holds and the
+ *		request path, for the SQL functions of every lock kind.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/backend/backend.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef RLOCK_BACKEND_H
+#define RLOCK_BACKEND_H
+
+#include "shared/shared.h"
+
+/* functions.c */
+extern void rlock_check_loaded(void);
+
+/* holds.c: the backend's holds and the transaction callbacks */
+extern RlockStatus rlock_acquire(const char *key, int keylen, bool session,
+								 TimestampTz wait_until, int64 lease_ms,
+								 bool use_lock_timeout, bool want_token,
+								 int64 *token);
+extern RlockStatus rlock_release_one(const char *key, int keylen,
+									 bool session, bool *found);
+extern int	rlock_release_session_all(RlockStatus *status);
+extern int	rlock_held_count(const char *key, int keylen);
+extern int64 rlock_held_token(const char *key, int keylen);
+
+/* request.c: the backend side of the request path */
+extern uint64 rlock_my_owner_id(void);
+/* A request as a backend makes it (see RlockSlot for the fields) */
+typedef struct RlockRequest
+{
+	RlockOp		op;
+	RlockKind	kind;
+	int			hold;			/* -1 if none */
+	uint32		hold_generation;
+	const char *key;			/* EXISTS, PTTL */
+	int			keylen;
+	TimestampTz wait_until;
+	int64		lease_ms;
+	bool		want_token;
+	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	bool		use_lock_timeout;	/* lock_timeout applies to the wait */
+} RlockRequest;
+
+extern RlockStatus rlock_request(const RlockRequest *req, int64 *value);
+extern void rlock_abandon_request(void);
+extern void rlock_report_status(RlockStatus status, const char *key,
+								int keylen);
+
+#endif							/* RLOCK_BACKEND_H */

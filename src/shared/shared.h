@@ -1,0 +1,359 @@
+/*-------------------------------------------------------------------------
+ *
+ * shared.h
+ *		What backends and the worker share: the shared memory protocol
+ *		(request slots, the hold table, the ring), counters and the
+ *		worker's published status, and the names derived from a key.
+ *
+ * The locking rules for every field are in shared/README.md and at the
+ * top of shmem.c.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/shared/shared.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef RLOCK_SHARED_H
+#define RLOCK_SHARED_H
+
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/spin.h"
+
+#include "rlock.h"
+
+/* Names derived from a lock key: this prefix plus the key, in braces */
+#define RLOCK_CHANNEL_PREFIX	"redisson_lock__channel:"
+#define RLOCK_TOKEN_PREFIX		"redisson_lock_token:"
+
+/*
+ * What a request asks for.  Releases at transaction end do not use a
+ * request: they go through the release ring (see shmem.c).
+ */
+typedef enum RlockOp
+{
+	RLOCK_OP_ACQUIRE,			/* take one hold, waiting up to a deadline */
+	RLOCK_OP_RELEASE,			/* give back one hold and report the outcome */
+	RLOCK_OP_EXISTS,			/* is the key held by anyone */
+	RLOCK_OP_PTTL,				/* remaining lease of the key */
+	RLOCK_OP_BARRIER,			/* answered once everything before it is */
+	RLOCK_OP_VERIFY				/* are the session's holds still there */
+} RlockOp;
+
+/*
+ * The kind of lock a request or hold is about.  Every kind has its own
+ * Redis layout and scripts; the request path is the same for all.
+ */
+typedef enum RlockKind
+{
+	RLOCK_KIND_PLAIN			/* Redisson RLock: reentrant exclusive lock */
+} RlockKind;
+
+/* Outcome of a request, written by the worker */
+typedef enum RlockStatus
+{
+	RLOCK_STATUS_NONE,
+	RLOCK_STATUS_OK,			/* done; for ACQUIRE: the hold was granted */
+	RLOCK_STATUS_BUSY,			/* ACQUIRE: still held by another owner */
+	RLOCK_STATUS_NOT_HELD,		/* RELEASE: Redis no longer had the hold */
+	RLOCK_STATUS_CONNECTION,	/* Redis unreachable or not answering */
+	RLOCK_STATUS_REDIS_ERROR,	/* Redis answered with an error */
+	RLOCK_STATUS_SHUTDOWN		/* the worker exited before answering */
+} RlockStatus;
+
+/* Life of a request slot; see shmem.c for who moves it where */
+typedef enum RlockSlotState
+{
+	RLOCK_SLOT_IDLE,			/* no request, or one the backend gave up */
+	RLOCK_SLOT_PENDING,			/* submitted, not yet taken by the worker */
+	RLOCK_SLOT_TAKEN,			/* the worker works on it */
+	RLOCK_SLOT_DONE				/* the result is ready */
+} RlockSlotState;
+
+/*
+ * One request slot per backend, indexed by MyBackendId - 1.  The key buffer
+ * at the end holds rlock_max_key_length bytes plus a terminator, so slots
+ * are addressed through rlock_slot().
+ */
+typedef struct RlockSlot
+{
+	slock_t		mutex;
+	RlockSlotState state;
+	uint64		seq;			/* number of the current request */
+	bool		queued;			/* the slot sits in the ring */
+	Latch	   *latch;			/* the owning backend's latch */
+
+	/* the request: written by the backend before it becomes PENDING */
+	RlockOp		op;
+	RlockKind	kind;
+	uint64		owner_id;		/* the requesting session's owner number */
+	int			hold;			/* hold entry, or -1 */
+	uint32		hold_generation;	/* of that entry, as the backend knows it */
+	TimestampTz wait_until;		/* ACQUIRE: give up after this; 0 = never */
+	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog;
+								 * VERIFY: the safety margin */
+	bool		want_token;		/* ACQUIRE: count a fencing token */
+	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	int			pid;			/* the owning backend, for the views */
+	Oid			userid;
+	TimestampTz submitted_at;
+
+	/* set by the worker: ACQUIRE found the lock busy and waits */
+	bool		busy;
+
+	/* the result: written by the worker before it becomes DONE */
+	RlockStatus status;
+	int64		value;			/* ACQUIRE: the token; VERIFY: holds lost;
+								 * EXISTS, PTTL: Redis's answer */
+	char		detail[RLOCK_DETAIL_LEN];
+
+	int			keylen;
+	char		key[FLEXIBLE_ARRAY_MEMBER];
+} RlockSlot;
+
+/*
+ * One entry of the shared hold table: the holds one backend session has on
+ * one key.  The entry carries what the worker needs to send releases and
+ * renewals without asking the backend.  Allocated by the backend, freed by
+ * whichever side finds it idle (rlock_hold_try_free).
+ */
+typedef struct RlockHold
+{
+	slock_t		mutex;
+	bool		in_use;
+	uint32		generation;		/* bumped whenever the entry is freed */
+	int			next_free;		/* free list link, under holds_mutex */
+
+	/* constant while in use */
+	uint64		owner_id;		/* the <n> of the owner "<uuid>:<n>" */
+	RlockKind	kind;
+	int			keylen;
+	int			pid;			/* the owning backend, for the views */
+	Oid			userid;
+
+	/* written by the owning backend */
+	bool		pinned;			/* the backend has holds or a request */
+	int32		to_release;		/* holds given back, not yet sent */
+	int64		lease_ms;		/* lease of the newest remaining hold */
+	bool		renew;			/* some remaining hold uses the watchdog */
+	int32		nsession;		/* the backend's holds by scope, */
+	int32		nxact;			/* for the views */
+	int64		token;			/* newest fencing token held, 0 if none */
+	TimestampTz acquired_at;	/* when the backend's holds began */
+
+	/* written by the worker */
+	int32		worker_refs;	/* requests the worker works on for it */
+	int32		count;			/* hold count in Redis after what was sent */
+	bool		acquiring;		/* an acquire is on the wire */
+	int32		unacked;		/* releases on the wire */
+	bool		resync;			/* re-assert count in Redis */
+	bool		lost;			/* Redis was seen without the owner's holds
+								 * (set by the worker, cleared by the
+								 * backend once it has taken note) */
+	TimestampTz expires_at;		/* lease end as last set, 0 if unknown */
+	uint32		epoch;			/* cmd_epoch when Redis confirmed it */
+
+	bool		queued;			/* sits in the ring; set by either side */
+
+	char		key[FLEXIBLE_ARRAY_MEMBER];
+} RlockHold;
+
+/*
+ * The ring carries work for the worker in the order it was queued: a slot
+ * with a request (or a request given up), or a hold entry with releases.
+ * Items >= 0 are hold entries, items < 0 are slots (-1 - slot).  Each slot
+ * and each entry is in the ring at most once (their queued flags), so the
+ * ring never overflows.
+ */
+typedef struct RlockRing
+{
+	slock_t		mutex;
+	uint32		head;			/* next item to take */
+	uint32		tail;			/* next free position */
+	uint32		size;
+	int			items[FLEXIBLE_ARRAY_MEMBER];
+} RlockRing;
+
+/*
+ * Counters since start (or the last rlock_stats_reset()), incremented by
+ * backends and the worker alike without a lock.
+ */
+typedef enum RlockCounter
+{
+	RLOCK_STAT_ACQUIRED,		/* acquires granted */
+	RLOCK_STAT_REFUSED,			/* busy, and no wait was asked for */
+	RLOCK_STAT_TIMED_OUT,		/* busy until the wait or lock_timeout ran out */
+	RLOCK_STAT_CANCELLED,		/* acquires interrupted (cancel, timeouts) */
+	RLOCK_STAT_FAILED,			/* acquires that ended in an error */
+	RLOCK_STAT_RELEASED,		/* holds given back */
+	RLOCK_STAT_LOST,			/* locks found lost while held */
+	RLOCK_STAT_RENEWALS,		/* leases renewed by the watchdog */
+	RLOCK_STAT_RENEWAL_CALLS,	/* renewal script calls */
+	RLOCK_STAT_RECONNECTS,		/* connections made again after a loss */
+	RLOCK_STAT_REDIS_ERRORS,	/* error replies from Redis */
+	RLOCK_STAT_SUBSCRIPTIONS,	/* channels subscribed */
+	RLOCK_STAT_UNLOCK_MESSAGES, /* unlock messages received */
+	RLOCK_NCOUNTERS
+} RlockCounter;
+
+/* Latencies kept as histograms */
+typedef enum RlockLatency
+{
+	RLOCK_LATENCY_ROUND_TRIP,	/* command sent to reply read */
+	RLOCK_LATENCY_ACQUIRE,		/* granted acquire, waiting included */
+	RLOCK_NLATENCIES
+} RlockLatency;
+
+#define RLOCK_LATENCY_BUCKETS	18
+
+typedef struct RlockHistogram
+{
+	pg_atomic_uint64 count;
+	pg_atomic_uint64 sum_us;
+	pg_atomic_uint64 max_us;
+	pg_atomic_uint64 buckets[RLOCK_LATENCY_BUCKETS];
+} RlockHistogram;
+
+typedef struct RlockStats
+{
+	pg_atomic_uint64 counters[RLOCK_NCOUNTERS];
+	RlockHistogram latency[RLOCK_NLATENCIES];
+	pg_atomic_uint64 reset_at;	/* TimestampTz of the last reset */
+} RlockStats;
+
+/* States of a Redis connection, as rlock_status() shows them */
+typedef enum RlockConnState
+{
+	RLOCK_CONN_DOWN,			/* no connection; next attempt at retry_at */
+	RLOCK_CONN_RESOLVING,		/* waiting for the host name to resolve */
+	RLOCK_CONN_CONNECTING,		/* connect(2) in progress */
+	RLOCK_CONN_HANDSHAKE,		/* AUTH, SELECT and script loading */
+	RLOCK_CONN_READY
+} RlockConnState;
+
+/*
+ * What the worker says about its connections, for rlock_status().  The
+ * worker alone writes it, bumping changecount before and after (odd while
+ * writing); readers copy it and retry until they see the same even count
+ * on both sides.
+ */
+typedef struct RlockWorkerStatus
+{
+	pg_atomic_uint32 changecount;
+	int			cmd_state;		/* RlockConnState */
+	int			sub_state;
+	TimestampTz cmd_since;		/* when it last became READY, or went down */
+	TimestampTz sub_since;
+	char		address[RLOCK_ADDRESS_LEN];
+	char		redis_version[32];
+	char		redis_role[16];
+	char		last_error[RLOCK_DETAIL_LEN];
+	TimestampTz last_error_at;
+	int			channels;		/* channels subscribed now */
+} RlockWorkerStatus;
+
+/* The fixed part of rlock's shared memory */
+typedef struct RlockShared
+{
+	slock_t		mutex;			/* protects the worker fields */
+	Latch	   *worker_latch;	/* NULL while no worker runs */
+	pid_t		worker_pid;
+	int64		cmd_client_id;	/* Redis CLIENT ID of the latest command
+								 * connection, 0 if unknown */
+	char		cmd_run_id[RLOCK_RUN_ID_LEN + 1];	/* run_id of the Redis
+													 * server that gave it */
+
+	char		uuid[RLOCK_UUID_LEN + 1];	/* owner prefix of this instance */
+	pg_atomic_uint64 next_owner_id;
+	pg_atomic_uint32 cmd_epoch;	/* bumped whenever the command connection
+								 * is lost and a worker starts or exits */
+	pg_atomic_uint64 cmd_reply_at;	/* when the command connection last
+									 * answered anything */
+
+	int			nslots;
+	Size		slot_size;
+	int			nholds;
+	Size		hold_size;
+
+	slock_t		holds_mutex;	/* protects the free list */
+	int			free_hold;		/* first free entry, or -1 */
+
+	char	   *slots;			/* nslots slots of slot_size bytes */
+	char	   *holds;			/* nholds entries of hold_size bytes */
+	RlockRing  *ring;
+
+	RlockStats	stats;
+	RlockWorkerStatus status;
+} RlockShared;
+
+/* shmem.c */
+extern RlockShared *rlock_shared;
+
+/*
+ * Redis confirmed that an entry's holds last until "expires" (the worker,
+ * holding the entry's mutex).  Only a confirmation on the current command
+ * connection lets a commit do without asking again (holds.c).
+ */
+static inline void
+rlock_hold_confirm(RlockHold *h, TimestampTz expires)
+{
+	h->expires_at = expires;
+	h->epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
+}
+
+extern void rlock_shmem_request(void);
+extern void rlock_shmem_startup(void);
+extern RlockSlot *rlock_slot(int index);
+extern RlockHold *rlock_hold(int index);
+extern void rlock_ring_push(int item);
+extern bool rlock_ring_pop(int *item);
+extern int	rlock_hold_alloc(uint64 owner_id, RlockKind kind,
+							 const char *key, int keylen, uint32 *generation);
+extern void rlock_hold_publish(int index, int32 nsession, int32 nxact,
+							   int64 token, TimestampTz acquired_at);
+extern bool rlock_hold_pin(int index, uint32 generation);
+extern bool rlock_hold_is_current(int index, uint32 generation);
+extern void rlock_hold_unpin(int index);
+extern void rlock_hold_describe(int index, int64 lease_ms, bool renew);
+extern bool rlock_hold_take_loss(int index);
+extern bool rlock_hold_try_free(int index);
+extern void rlock_queue_release(int index, int count, int64 lease_ms,
+								bool renew);
+extern void rlock_wake_worker(void);
+
+/* stats.c: counters, latencies and the worker's status */
+extern void rlock_stats_init(void);
+extern void rlock_stats_reset(void);
+extern void rlock_count(RlockCounter counter, uint64 n);
+extern void rlock_latency(RlockLatency latency, int64 us);
+extern const int64 rlock_latency_bounds[RLOCK_LATENCY_BUCKETS - 1];
+extern void rlock_status_begin_write(void);
+extern void rlock_status_end_write(void);
+extern void rlock_status_read(RlockWorkerStatus *copy);
+
+/*
+ * A byte string by reference, used as the key of dynahash tables that are
+ * keyed by a lock key or a channel name (with rlock_keyref_hash/match).
+ */
+typedef struct RlockKeyRef
+{
+	const char *data;
+	int			len;
+} RlockKeyRef;
+
+/* names.c: Redis key, channel and owner names */
+extern int	rlock_channel_name(char *buf, const char *key, int keylen);
+extern int	rlock_token_name(char *buf, const char *key, int keylen);
+extern int	rlock_owner_name(char *buf, uint64 owner_id);
+extern char *rlock_sql_key(const char *key, int keylen);
+/* room for the longest derived name (the channel) of a key */
+#define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_CHANNEL_PREFIX) + (keylen) + 2)
+#define RLOCK_OWNER_MAXLEN				(RLOCK_UUID_LEN + 22)
+extern uint32 rlock_keyref_hash(const void *key, Size keysize);
+extern int	rlock_keyref_match(const void *key1, const void *key2,
+							   Size keysize);
+
+#endif							/* RLOCK_SHARED_H */

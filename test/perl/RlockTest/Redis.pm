@@ -1,0 +1,160 @@
+=pod
+
+=head1 NAME
+
+RlockTest::Redis - a throw-away redis-server on a loopback port for rlock's
+tests: start, stop, kill, freeze, restart, and a connection to talk to it
+
+=cut
+
+package RlockTest::Redis;
+
+use strict;
+use warnings;
+
+use File::Temp ();
+use POSIX ();
+use Time::HiRes qw(usleep);
+use RlockTest::Resp;
+
+# Start a redis-server on a free loopback port; options: port, args (list
+# of extra command line arguments).
+sub start
+{
+	my ($class, %opt) = @_;
+	my $self = bless {
+		port => $opt{port} // RlockTest::free_port(),
+		args => $opt{args} // [],
+		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
+	}, $class;
+	$self->_spawn;
+	return $self;
+}
+
+sub port { $_[0]{port} }
+sub pid { $_[0]{pid} }
+
+sub _spawn
+{
+	my ($self) = @_;
+	my $pid = fork();
+	die "fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open(STDOUT, '>>', "$self->{dir}/redis.log");
+		open(STDERR, '>&', \*STDOUT);
+		exec('redis-server', '--port', $self->{port}, '--bind', '127.0.0.1',
+			'--save', '', '--appendonly', 'no', '--dir', $self->{dir},
+			@{ $self->{args} })
+		  or POSIX::_exit(1);
+	}
+	$self->{pid} = $pid;
+	delete $self->{conn};
+	# any answer will do: with a password, PING answers NOAUTH
+	RlockTest::wait_until(sub { eval { $self->cmd('PING'); 1 } }, 10)
+	  or die "redis-server on port $self->{port} did not start";
+}
+
+# Run one command on a connection kept for the purpose; returns the reply
+# (see RlockTest::Resp::read_reply).
+sub cmd
+{
+	my ($self, @args) = @_;
+	$self->{conn} //= RlockTest::Resp->connect($self->{port});
+	my $reply = eval { $self->{conn}->call(@args) };
+	if ($@)
+	{
+		delete $self->{conn};
+		die $@;
+	}
+	return $reply;
+}
+
+# How many clients are subscribed to the unlock channel of lock $key.
+sub subscribers
+{
+	my ($self, $key) = @_;
+	my $channel = 'redisson_lock__channel:'
+	  . ($key =~ /\{/ ? $key : "{$key}");
+	return $self->cmd('PUBSUB', 'NUMSUB', $channel)->[1];
+}
+
+# The id of the client connection named $name (CLIENT SETNAME), or undef;
+# the newest one if an old connection of that name is still there.
+sub client_id
+{
+	my ($self, $name) = @_;
+	my $id;
+	for my $line (split /\n/, $self->cmd('CLIENT', 'LIST'))
+	{
+		$id = $1 if $line =~ /^id=(\d+) .* name=\Q$name\E /
+		  && (!defined $id || $1 > $id);
+	}
+	return $id;
+}
+
+# A connection that sees every command Redis runs (MONITOR); read it with
+# RlockTest::Resp::drain.
+sub monitor
+{
+	my ($self) = @_;
+	my $conn = RlockTest::Resp->connect($self->{port});
+	my $ok = $conn->call('MONITOR');
+	die "MONITOR refused" unless defined $ok && $ok eq 'OK';
+	return $conn;
+}
+
+# A new connection of its own (for SUBSCRIBE, or to keep a reply order).
+sub connect
+{
+	my ($self) = @_;
+	return RlockTest::Resp->connect($self->{port});
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	delete $self->{conn};
+	kill 'CONT', $self->{pid};
+	kill 'TERM', $self->{pid};
+	# a server busy in a script ignores SIGTERM: do not wait for ever
+	unless (RlockTest::wait_until(
+			sub { waitpid($self->{pid}, POSIX::WNOHANG()) != 0 }, 5))
+	{
+		kill 'KILL', $self->{pid};
+		waitpid($self->{pid}, 0);
+	}
+	delete $self->{pid};
+}
+
+sub kill9
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	delete $self->{conn};
+	kill 'KILL', $self->{pid};
+	waitpid($self->{pid}, 0);
+	delete $self->{pid};
+}
+
+# Start again on the same port, with no data.
+sub restart
+{
+	my ($self) = @_;
+	$self->stop;
+	$self->_spawn;
+}
+
+# Freeze and thaw the server process (SIGSTOP / SIGCONT).
+sub freeze { kill 'STOP', $_[0]{pid} }
+sub thaw { kill 'CONT', $_[0]{pid} }
+
+sub DESTROY
+{
+	my ($self) = @_;
+	local $?;
+	$self->stop;
+}
+
+1;
