@@ -17,7 +17,7 @@ PGFILEDESC = "rlock - Redisson-compatible distributed locks"
 
 PG_CPPFLAGS = -I$(srcdir)/src -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wno-missing-field-initializers -Wno-sign-compare
-SHLIB_LINK = -lhiredis
+SHLIB_LINK = -lhiredis -lssl -lcrypto
 
 # Suites for "make installcheck".  They need a Redis server and a config
 # file naming it (test/out/rlock.conf): test/harness/run-tests provides both.
@@ -38,6 +38,13 @@ include $(PGXS)
 PROVE_FLAGS += -I ./test/perl
 # a change to any header rebuilds every file
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
+
+# the Lua scripts of a lock kind, as C strings
+LUA_HEADERS = src/kinds/plain/scripts.h
+EXTRA_CLEAN = $(LUA_HEADERS)
+src/kinds/plain/plain.o src/kinds/plain/plain.bc: src/kinds/plain/scripts.h
+src/kinds/plain/scripts.h: src/kinds/embed-lua $(wildcard src/kinds/plain/*.lua)
+	src/kinds/embed-lua $(filter %.lua,$^) >$@
 else
 # "make test" and "make demo" install PostgreSQL themselves when it is missing
 all install installcheck:

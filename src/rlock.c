@@ -59,6 +59,19 @@ static const struct config_enum_entry verify_options[] = {
 	{NULL, 0, false}
 };
 int			rlock_verify_margin = 2000;
+int			rlock_tls = RLOCK_TLS_OFF;
+char	   *rlock_tls_ca_file = NULL;
+char	   *rlock_tls_cert_file = NULL;
+char	   *rlock_tls_key_file = NULL;
+char	   *rlock_tls_server_name = NULL;
+
+static const struct config_enum_entry tls_options[] = {
+	{"off", RLOCK_TLS_OFF, false},
+	{"require", RLOCK_TLS_REQUIRE, false},
+	{"verify-ca", RLOCK_TLS_VERIFY_CA, false},
+	{"verify-full", RLOCK_TLS_VERIFY_FULL, false},
+	{NULL, 0, false}
+};
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -201,6 +214,46 @@ rlock_define_settings(void)
 							2000, 0, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("rlock.tls",
+							 "Whether to use TLS with Redis, and what to check.",
+							 "\"require\" encrypts without checking the server's certificate; \"verify-ca\" checks that a trusted CA signed it; \"verify-full\" also checks that it names the server.  Not used over a Unix socket.",
+							 &rlock_tls,
+							 RLOCK_TLS_OFF, tls_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.tls_ca_file",
+							   "File of the CA certificates that may sign Redis's certificate.",
+							   "Empty means the system's trusted CAs.",
+							   &rlock_tls_ca_file,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.tls_cert_file",
+							   "File of the client certificate sent to Redis.",
+							   "Empty means none.",
+							   &rlock_tls_cert_file,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.tls_key_file",
+							   "File of the private key of the client certificate.",
+							   "Empty means the certificate file holds the key too.",
+							   &rlock_tls_key_file,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.tls_server_name",
+							   "Name Redis's certificate must carry, also sent as SNI.",
+							   "Empty means rlock.host.",
+							   &rlock_tls_server_name,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("rlock");
 }

@@ -58,4 +58,18 @@ typedef enum RlockVerify
 } RlockVerify;
 extern int	rlock_verify_margin;
 
+/* rlock.tls: as libpq's sslmode */
+typedef enum RlockTls
+{
+	RLOCK_TLS_OFF,
+	RLOCK_TLS_REQUIRE,			/* encrypt, check nothing */
+	RLOCK_TLS_VERIFY_CA,		/* a trusted CA signed the certificate */
+	RLOCK_TLS_VERIFY_FULL		/* and it names the server */
+} RlockTls;
+extern int	rlock_tls;
+extern char *rlock_tls_ca_file;
+extern char *rlock_tls_cert_file;
+extern char *rlock_tls_key_file;
+extern char *rlock_tls_server_name;
+
 #endif							/* RLOCK_H */

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * backend.h
- *		The backend side: argument checks, the session's holds and the
- *		request path, for the SQL functions of every lock kind.
+ *		The backend side, for the SQL functions of every lock kind:
+ *		argument checks, the session's holds and the request path.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -14,16 +14,33 @@
 #ifndef RLOCK_BACKEND_H
 #define RLOCK_BACKEND_H
 
+#include "fmgr.h"
+
 #include "shared/shared.h"
 
-/* functions.c */
+/* functions.c: argument checks */
+
+/* A lock key as given in SQL and as stored in Redis */
+typedef struct RlockKey
+{
+	char	   *sql;			/* as the caller wrote it, for messages */
+	char	   *redis;			/* prefix + key in UTF-8 */
+	int			len;			/* length of redis */
+} RlockKey;
+
 extern void rlock_check_loaded(void);
+extern void rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key);
+extern int64 rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno,
+								   const char *what, bool null_ok,
+								   bool zero_ok);
+extern int64 rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno);
+extern TimestampTz rlock_arg_deadline(int64 us);
 
 /* holds.c: the backend's holds and the transaction callbacks */
-extern RlockStatus rlock_acquire(const char *key, int keylen, bool session,
-								 TimestampTz wait_until, int64 lease_ms,
-								 bool use_lock_timeout, bool want_token,
-								 int64 *token);
+extern RlockStatus rlock_acquire(RlockKind kind, const char *key, int keylen,
+								 bool session, TimestampTz wait_until,
+								 int64 lease_ms, bool use_lock_timeout,
+								 bool want_token, int64 *token);
 extern RlockStatus rlock_release_one(const char *key, int keylen,
 									 bool session, bool *found);
 extern int	rlock_release_session_all(RlockStatus *status);
@@ -32,11 +49,11 @@ extern int64 rlock_held_token(const char *key, int keylen);
 
 /* request.c: the backend side of the request path */
 extern uint64 rlock_my_owner_id(void);
+
 /* A request as a backend makes it (see RlockSlot for the fields) */
 typedef struct RlockRequest
 {
 	RlockOp		op;
-	RlockKind	kind;
 	int			hold;			/* -1 if none */
 	uint32		hold_generation;
 	const char *key;			/* EXISTS, PTTL */

@@ -1,15 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * functions.c
- *		SQL-callable functions: argument checks, then the request path.
+ *		Argument checks for the SQL functions of every lock kind, and the
+ *		functions that concern no kind in particular: rlock_release_all,
+ *		rlock_held, rlock_is_locked, rlock_ttl.
  *
  * Keys are sent to Redis in UTF-8 (Redisson's encoding) with
  * rlock.key_prefix in front.  Messages name the key as the caller wrote it.
+ * The functions that take and give back locks are their kind's (for
+ * example src/kinds/plain/sql.c).
  *
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/functions.c
+ *		src/backend/functions.c
  *
  *-------------------------------------------------------------------------
  */
@@ -24,30 +28,13 @@
 
 #include "backend/backend.h"
 
-PG_FUNCTION_INFO_V1(rlock_try);
-PG_FUNCTION_INFO_V1(rlock_lock);
-PG_FUNCTION_INFO_V1(rlock_release);
-PG_FUNCTION_INFO_V1(rlock_session_try);
-PG_FUNCTION_INFO_V1(rlock_session_lock);
-PG_FUNCTION_INFO_V1(rlock_session_release);
 PG_FUNCTION_INFO_V1(rlock_release_all);
 PG_FUNCTION_INFO_V1(rlock_held);
 PG_FUNCTION_INFO_V1(rlock_is_locked);
 PG_FUNCTION_INFO_V1(rlock_ttl);
-PG_FUNCTION_INFO_V1(rlock_try_token);
-PG_FUNCTION_INFO_V1(rlock_session_try_token);
-PG_FUNCTION_INFO_V1(rlock_token);
 
 /* Waits longer than this (about a century) mean "no limit" */
 #define RLOCK_MAX_WAIT_US	(INT64CONST(100) * 365 * USECS_PER_DAY)
-
-/* A lock key as given in SQL and as stored in Redis */
-typedef struct RlockKey
-{
-	char	   *sql;			/* as the caller wrote it, for messages */
-	char	   *redis;			/* prefix + key in UTF-8 */
-	int			len;			/* length of redis */
-} RlockKey;
 
 void
 rlock_check_loaded(void)
@@ -62,8 +49,8 @@ rlock_check_loaded(void)
 /*
  * Check the key argument and build its Redis form.
  */
-static void
-rlock_get_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
+void
+rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 {
 	text	   *t;
 	int			len;
@@ -110,8 +97,8 @@ rlock_get_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
  * unless null_ok, in which case -1 is returned.  Negative values are
  * refused, and so is zero unless zero_ok.
  */
-static int64
-rlock_get_interval_us(FunctionCallInfo fcinfo, int argno, const char *what,
+int64
+rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno, const char *what,
 					  bool null_ok, bool zero_ok)
 {
 	Interval   *iv;
@@ -148,10 +135,10 @@ rlock_get_interval_us(FunctionCallInfo fcinfo, int argno, const char *what,
 /*
  * The lease argument in milliseconds, rounded up; 0 means the watchdog.
  */
-static int64
-rlock_get_lease_ms(FunctionCallInfo fcinfo, int argno)
+int64
+rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno)
 {
-	int64		us = rlock_get_interval_us(fcinfo, argno, "lease", true, false);
+	int64		us = rlock_arg_interval_us(fcinfo, argno, "lease", true, false);
 
 	if (us < 0)
 		return 0;
@@ -161,84 +148,12 @@ rlock_get_lease_ms(FunctionCallInfo fcinfo, int argno)
 /*
  * Deadline of a wait of "us" microseconds from now; 0 means no limit.
  */
-static TimestampTz
-rlock_deadline(int64 us)
+TimestampTz
+rlock_arg_deadline(int64 us)
 {
 	if (us > RLOCK_MAX_WAIT_US)
 		return 0;
 	return GetCurrentTimestamp() + us;
-}
-
-/*
- * Shared body of the acquiring functions.  With "bounded", the wait comes
- * from argument 1 and the lease from argument 2; otherwise the wait has no
- * limit (lock_timeout applies) and the lease is argument 1.  With a token
- * wanted, *token receives it.
- */
-static bool
-rlock_take(FunctionCallInfo fcinfo, bool session, bool bounded,
-		   bool want_token, int64 *token)
-{
-	RlockKey	key;
-	TimestampTz wait_until;
-	int64		lease_ms;
-	RlockStatus status;
-
-	rlock_get_key(fcinfo, 0, &key);
-	if (bounded)
-	{
-		wait_until = rlock_deadline(rlock_get_interval_us(fcinfo, 1, "wait",
-														  false, true));
-		lease_ms = rlock_get_lease_ms(fcinfo, 2);
-	}
-	else
-	{
-		wait_until = 0;
-		lease_ms = rlock_get_lease_ms(fcinfo, 1);
-	}
-
-	status = rlock_acquire(key.redis, key.len, session, wait_until, lease_ms,
-						   !bounded, want_token, token);
-	rlock_report_status(status, key.sql, strlen(key.sql));
-	return status == RLOCK_STATUS_OK;
-}
-
-/*
- * Shared body of the releasing functions.
- */
-static bool
-rlock_give(FunctionCallInfo fcinfo, bool session)
-{
-	RlockKey	key;
-	RlockStatus status;
-	bool		found;
-
-	rlock_get_key(fcinfo, 0, &key);
-	status = rlock_release_one(key.redis, key.len, session, &found);
-	if (!found)
-	{
-		bool		other_scope = rlock_held_count(key.redis, key.len) > 0;
-
-		ereport(WARNING,
-				(errmsg("lock \"%s\" is not held in %s scope by this session",
-						key.sql, session ? "session" : "transaction"),
-				 other_scope ?
-				 errhint("It is held in %s scope; release it with %s.",
-						 session ? "transaction" : "session",
-						 session ? "rlock_release()" : "rlock_session_release()") : 0));
-		return false;
-	}
-	if (status == RLOCK_STATUS_NOT_HELD)
-	{
-		ereport(WARNING,
-				(errmsg("lock \"%s\" was no longer held in Redis", key.sql),
-				 errdetail("Its lease ran out or it was removed before this release."),
-				 (!session && rlock_verify_at_commit) ?
-				 errhint("The transaction will fail at commit.") : 0));
-		return false;
-	}
-	rlock_report_status(status, key.sql, strlen(key.sql));
-	return true;
 }
 
 /*
@@ -251,98 +166,11 @@ rlock_query(RlockOp op, RlockKey *key, int64 *value)
 
 	memset(&req, 0, sizeof(req));
 	req.op = op;
-	req.kind = RLOCK_KIND_PLAIN;
 	req.hold = -1;
 	req.key = key->redis;
 	req.keylen = key->len;
 	req.wait_until = GetCurrentTimestamp();
 	return rlock_request(&req, value);
-}
-
-Datum
-rlock_try(PG_FUNCTION_ARGS)
-{
-	int64		token;
-
-	PG_RETURN_BOOL(rlock_take(fcinfo, false, true, false, &token));
-}
-
-Datum
-rlock_session_try(PG_FUNCTION_ARGS)
-{
-	int64		token;
-
-	PG_RETURN_BOOL(rlock_take(fcinfo, true, true, false, &token));
-}
-
-Datum
-rlock_lock(PG_FUNCTION_ARGS)
-{
-	int64		token;
-
-	(void) rlock_take(fcinfo, false, false, false, &token);
-	PG_RETURN_VOID();
-}
-
-Datum
-rlock_session_lock(PG_FUNCTION_ARGS)
-{
-	int64		token;
-
-	(void) rlock_take(fcinfo, true, false, false, &token);
-	PG_RETURN_VOID();
-}
-
-/*
- * rlock_try with a fencing token: the token, or NULL when not acquired.
- */
-Datum
-rlock_try_token(PG_FUNCTION_ARGS)
-{
-	int64		token;
-
-	if (!rlock_take(fcinfo, false, true, true, &token))
-		PG_RETURN_NULL();
-	PG_RETURN_INT64(token);
-}
-
-Datum
-rlock_session_try_token(PG_FUNCTION_ARGS)
-{
-	int64		token;
-
-	if (!rlock_take(fcinfo, true, true, true, &token))
-		PG_RETURN_NULL();
-	PG_RETURN_INT64(token);
-}
-
-/*
- * The fencing token of this session's hold on a key: NULL when the session
- * holds no lock on it (or lost it), or took it without a token.
- */
-Datum
-rlock_token(PG_FUNCTION_ARGS)
-{
-	RlockKey	key;
-	int64		token;
-
-	rlock_get_key(fcinfo, 0, &key);
-	token = rlock_held_token(key.redis, key.len);
-	if (token == 0)
-		PG_RETURN_NULL();
-	PG_RETURN_INT64(token);
-}
-
-Datum
-rlock_release(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_BOOL(rlock_give(fcinfo, false));
-}
-
-Datum
-rlock_session_release(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_BOOL(rlock_give(fcinfo, true));
 }
 
 Datum
@@ -362,7 +190,7 @@ rlock_held(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
 
-	rlock_get_key(fcinfo, 0, &key);
+	rlock_arg_key(fcinfo, 0, &key);
 	PG_RETURN_INT32(rlock_held_count(key.redis, key.len));
 }
 
@@ -373,7 +201,7 @@ rlock_is_locked(PG_FUNCTION_ARGS)
 	RlockStatus status;
 	int64		value = 0;
 
-	rlock_get_key(fcinfo, 0, &key);
+	rlock_arg_key(fcinfo, 0, &key);
 	status = rlock_query(RLOCK_OP_EXISTS, &key, &value);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	PG_RETURN_BOOL(value > 0);
@@ -387,7 +215,7 @@ rlock_ttl(PG_FUNCTION_ARGS)
 	int64		value = 0;
 	Interval   *result;
 
-	rlock_get_key(fcinfo, 0, &key);
+	rlock_arg_key(fcinfo, 0, &key);
 	status = rlock_query(RLOCK_OP_PTTL, &key, &value);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 

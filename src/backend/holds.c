@@ -217,7 +217,7 @@ rlock_local_remove(LocalHold *lh)
  * the worker has not freed it yet, or a new one.
  */
 static void
-rlock_local_pin(LocalHold *lh, const char *key, int keylen)
+rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 {
 	int			index;
 	uint32		generation;
@@ -229,7 +229,7 @@ rlock_local_pin(LocalHold *lh, const char *key, int keylen)
 		index = lh->hold;
 	else
 	{
-		index = rlock_hold_alloc(rlock_my_owner_id(), RLOCK_KIND_PLAIN,
+		index = rlock_hold_alloc(rlock_my_owner_id(), kind,
 								 key, keylen, &generation);
 		if (index < 0)
 			ereport(ERROR,
@@ -584,7 +584,6 @@ rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
 	memset(&req, 0, sizeof(req));
 	req.op = op;
 	req.session = session;
-	req.kind = RLOCK_KIND_PLAIN;
 	req.hold = lh ? lh->hold : -1;
 	req.hold_generation = lh ? lh->generation : 0;
 	req.wait_until = wait_until;
@@ -623,7 +622,7 @@ rlock_count_acquire_error(int sqlerrcode)
  * the caller to report.
  */
 RlockStatus
-rlock_acquire(const char *key, int keylen, bool session,
+rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 			  TimestampTz wait_until, int64 lease_ms, bool use_lock_timeout,
 			  bool want_token, int64 *token)
 {
@@ -634,7 +633,7 @@ rlock_acquire(const char *key, int keylen, bool session,
 
 	PG_TRY();
 	{
-		rlock_local_pin(lh, key, keylen);
+		rlock_local_pin(lh, kind, key, keylen);
 		rlock_local_reserve(lh);
 		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session, wait_until,
 									lease_ms, use_lock_timeout, want_token,

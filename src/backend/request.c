@@ -293,7 +293,6 @@ rlock_request(const RlockRequest *req, int64 *value)
 
 	slot->latch = MyLatch;
 	slot->op = req->op;
-	slot->kind = req->kind;
 	slot->owner_id = rlock_my_owner_id();
 	slot->hold = req->hold;
 	slot->hold_generation = req->hold_generation;

@@ -440,6 +440,8 @@ views_conn_state(int state)
 			return "resolving";
 		case RLOCK_CONN_CONNECTING:
 			return "connecting";
+		case RLOCK_CONN_SECURING:
+			return "securing";
 		case RLOCK_CONN_HANDSHAKE:
 			return "handshake";
 		case RLOCK_CONN_READY:

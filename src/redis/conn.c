@@ -1,65 +1,59 @@
 /*-------------------------------------------------------------------------
  *
  * conn.c
- *		The worker's Redis connections: a hiredis adapter for PostgreSQL's
- *		WaitEventSet, and the life cycle of each connection.
+ *		The worker's Redis connections: their life cycle, reading and
+ *		writing, the dispatch of replies, and the one place the worker
+ *		sleeps.
  *
- * A server has two hiredis async connections: one for commands and one for
- * pub/sub (a subscribed connection cannot run scripts).  Both sockets sit
- * in one WaitEventSet with the worker's latch and postmaster death, so the
- * worker sleeps in exactly one place.
+ * A server has two connections: one for commands and one for pub/sub (a
+ * subscribed connection cannot run scripts).  Each is a non-blocking
+ * socket with a transport (plain or TLS, see transport.c and tls.c), an
+ * output buffer, a reader (reply.c) and the list of its commands in send
+ * order.  All sockets sit in one WaitEventSet with the worker's latch and
+ * postmaster death; PostgreSQL 15 cannot remove an event from a set, so
+ * the set is built again whenever a socket comes or goes.
  *
- * hiredis 0.14.1 calls its adapter hooks to say which socket events it
- * wants; the hooks only record the wish, and rlock_conn_wait() turns it
- * into ModifyWaitEvent calls before sleeping.  When hiredis frees a context
- * (error, EOF, or our own rlock_conn_drop) its cleanup hook marks the set
- * for rebuilding, as PostgreSQL 15 cannot remove an event from a set.
+ * Life of a connection: DOWN -> (RESOLVING) -> CONNECTING -> (SECURING,
+ * the TLS handshake) -> HANDSHAKE (AUTH, SELECT, names, scripts: see
+ * handshake.c) -> READY, and back to DOWN on any failure.  Connecting and
+ * the handshakes must end within rlock.connect_timeout; a READY
+ * connection whose oldest command has waited longer than
+ * rlock.command_timeout is dropped.  Reconnection uses exponential
+ * back-off from 50 ms, capped at one second; the back-off starts over
+ * only after a connection stayed up for a while, so a server that accepts
+ * connections and then drops them is not hammered.  Each outage is
+ * logged once, and its end once.
  *
- * hiredis has no timeouts of its own in this version, so each connection
- * keeps a deadline for connecting and for its handshake, and the worker
- * drops a connection whose oldest command has waited longer than
- * rlock.command_timeout.  Reconnection uses exponential back-off from 50 ms,
- * capped at one second; the back-off starts over only after a connection
- * stayed up for a while, so a server that accepts connections and then
- * drops them (an ACL refusing SUBSCRIBE, say) is not hammered.  Each
- * outage is logged once, and its end once.  A host name is resolved with
- * getaddrinfo_a(), which signals completion with SIGUSR2, so the worker
- * never blocks on DNS.
+ * Replies are dispatched in order: each answers the oldest command of its
+ * connection, and must fit the shape that command expects (redis.h).  A
+ * reply with no command, one that does not fit, a push of an unexpected
+ * shape, or bytes the reader refuses (reply.c) is a protocol violation:
+ * the connection is marked failed and dropped at the next tick, and every
+ * command on it is answered with NULL, which its sender treats like any
+ * lost reply.  Each cause is logged the first time only.
  *
- * Each new command connection first closes the previous one on the server
- * side (CLIENT KILL ID), so that a command still in the network when the
- * worker gave up on it cannot run after the commands that restate the
- * counts (see rlock_conn_fence).
- *
- * Replies reach the worker through hiredis callbacks.  Those never raise an
- * error (that would longjmp out of hiredis) and never free a context; a
- * callback that finds a connection unusable sets "failed", and the main
- * loop drops the connection after hiredis has returned.
+ * Reply functions and event handlers never close a connection; closing
+ * happens at the top of the loop (rlock_redis_tick), and in
+ * rlock_redis_reload(), where no reply is being handled.
  *
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/conn.c
+ *		src/redis/conn.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <signal.h>
-
 #include <hiredis/hiredis.h>
-#include <hiredis/async.h>
 
 #include "miscadmin.h"
-#include "storage/fd.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "worker/worker_int.h"
+#include "redis/redis_int.h"
 
 #define RLOCK_BACKOFF_MIN_MS	50
 #define RLOCK_BACKOFF_MAX_MS	1000
@@ -67,37 +61,34 @@
 /* A connection up for this long counts as stable when it is lost */
 #define RLOCK_STABLE_MS			1000
 
-typedef struct RlockServer
-{
-	/* the settings this server was set up with */
-	char	   *host;
-	int			port;
-	char	   *unix_socket;
-	int			database;
-	char	   *username;
-	char	   *password_file;
-	char		address[RLOCK_ADDRESS_LEN];	/* for messages */
+/* Bytes read per call, and calls per connection per wake-up */
+#define RLOCK_READ_CHUNK		(64 * 1024)
+#define RLOCK_READS_PER_WAKE	16
 
-	/* resolution of a host name that is not a numeric address */
-	bool		resolving;
-	bool		resolve_stale;	/* settings changed while resolving */
-	struct gaicb gai;
-	struct addrinfo gai_hints;
-	char		gai_name[NI_MAXHOST];
-	char		resolved[INET6_ADDRSTRLEN];	/* empty if none */
-	char		resolve_error[RLOCK_DETAIL_LEN];
+/* The output buffer is compacted once this much of it was written */
+#define RLOCK_OUT_COMPACT		(64 * 1024)
 
-	RlockConn	cmd;
-	RlockConn	sub;
-} RlockServer;
+MemoryContext rlock_redis_context = NULL;
 
-RlockServer *rlock_server = NULL;
+static const RlockConnEvents *events;
+static RlockServer *server = NULL;
+static RlockConn *conns[2];		/* command, subscriber */
+#define NCONNS	lengthof(conns)
 
 static WaitEventSet *wait_set = NULL;
 static bool wait_set_stale = true;
+static char *read_buf;
 
-/* Send a PING on the idle command connection (rlock_conn_keepalive) */
+/* Room for the arguments of the command being formatted */
+static const char **format_argv = NULL;
+static size_t *format_lens = NULL;
+static int	format_max = 0;
+
+/* Send a PING on the idle command connection (rlock_redis_keepalive) */
 static bool keepalive = false;
+
+/* Causes of dropped connections logged already */
+static bool violation_logged[RLOCK_NVIOLATIONS];
 
 /* What rlock_status() shows, and whether it changed since published */
 static bool status_dirty = true;
@@ -106,109 +97,97 @@ static char redis_role[16];
 static char last_error[RLOCK_DETAIL_LEN];
 static TimestampTz last_error_at = 0;
 
-static void rlock_conn_start(RlockConn *conn, TimestampTz now);
-static void rlock_conn_closed(RlockConn *conn);
-static void rlock_conn_set_error(RlockConn *conn, const char *msg);
-static void rlock_conn_close(RlockConn *conn, const char *reason,
-							 bool first_cause);
+static void conn_close(RlockConn *conn, const char *reason, bool first_cause);
 
-RlockConn *
-rlock_cmd_conn(void)
-{
-	return &rlock_server->cmd;
-}
+/*---- status ----*/
 
-RlockConn *
-rlock_sub_conn(void)
-{
-	return &rlock_server->sub;
-}
-
-const char *
-rlock_server_address(void)
-{
-	return rlock_server->address;
-}
-
-RlockCmd *
-rlock_cmd_new(RlockCmdType type)
-{
-	RlockCmd   *cmd = MemoryContextAllocZero(TopMemoryContext,
-											 sizeof(RlockCmd));
-
-	cmd->type = type;
-	return cmd;
-}
-
+/*
+ * Remember an error for rlock_status(): a connection failure or an error
+ * reply from Redis.
+ */
 void
-rlock_cmd_free(RlockCmd *cmd)
+rlock_redis_status_error(const char *msg)
 {
-	if (cmd->holds != NULL)
-		pfree(cmd->holds);
-	pfree(cmd);
-}
-
-/*---- the hiredis adapter hooks: record what hiredis wants ----*/
-
-static void
-rlock_ev_add_read(void *privdata)
-{
-	((RlockConn *) privdata)->want |= WL_SOCKET_READABLE;
-}
-
-static void
-rlock_ev_del_read(void *privdata)
-{
-	((RlockConn *) privdata)->want &= ~WL_SOCKET_READABLE;
-}
-
-static void
-rlock_ev_add_write(void *privdata)
-{
-	((RlockConn *) privdata)->want |= WL_SOCKET_WRITEABLE;
-}
-
-static void
-rlock_ev_del_write(void *privdata)
-{
-	((RlockConn *) privdata)->want &= ~WL_SOCKET_WRITEABLE;
+	strlcpy(last_error, msg, sizeof(last_error));
+	last_error_at = GetCurrentTimestamp();
+	status_dirty = true;
 }
 
 /*
- * hiredis is freeing the context: the socket is gone.
+ * The server's version (from INFO) or role (from ROLE) became known; NULL
+ * leaves one as it is, "" makes it unknown.
  */
-static void
-rlock_ev_cleanup(void *privdata)
+void
+rlock_redis_status_server(const char *version, const char *role)
 {
-	RlockConn  *conn = (RlockConn *) privdata;
+	if (version != NULL)
+		strlcpy(redis_version, version, sizeof(redis_version));
+	if (role != NULL)
+		strlcpy(redis_role, role, sizeof(redis_role));
+	status_dirty = true;
+}
 
-	/* an error of hiredis's own (EOF, I/O); our drops have set a reason */
-	if (conn->ac != NULL && conn->ac->c.err != 0)
-		rlock_conn_set_error(conn, conn->ac->c.errstr);
-	conn->ac = NULL;
-	conn->want = 0;
-	conn->pos = -1;
-	wait_set_stale = true;
-	rlock_conn_closed(conn);
+/*
+ * Something rlock_status() shows changed: publish at the end of the pass.
+ */
+void
+rlock_redis_status_touch(void)
+{
+	status_dirty = true;
+}
+
+/*
+ * Copy the state of the connections into shared memory, if it changed.
+ * "channels" is the number of channels the worker is subscribed to.
+ */
+void
+rlock_redis_status_publish(int channels)
+{
+	RlockWorkerStatus *st = &rlock_shared->status;
+	RlockConn  *cmd = conns[0];
+	RlockConn  *sub = conns[1];
+
+	if (!status_dirty && st->cmd_state == (int) cmd->state &&
+		st->sub_state == (int) sub->state && st->channels == channels)
+		return;
+	status_dirty = false;
+
+	rlock_status_begin_write();
+	st->cmd_state = cmd->state;
+	st->sub_state = sub->state;
+	st->cmd_since = cmd->since;
+	st->sub_since = sub->since;
+	strlcpy(st->address, server->address, sizeof(st->address));
+	strlcpy(st->redis_version, redis_version, sizeof(st->redis_version));
+	strlcpy(st->redis_role, redis_role, sizeof(st->redis_role));
+	strlcpy(st->last_error, last_error, sizeof(st->last_error));
+	st->last_error_at = last_error_at;
+	st->channels = channels;
+	rlock_status_end_write();
 }
 
 /*---- settings and setup ----*/
 
 static char *
-rlock_strdup(const char *s)
+conn_strdup(const char *s)
 {
-	return MemoryContextStrdup(TopMemoryContext, s ? s : "");
+	return MemoryContextStrdup(rlock_redis_context, s ? s : "");
 }
 
 static void
-rlock_server_configure(RlockServer *srv)
+server_configure(RlockServer *srv)
 {
-	srv->host = rlock_strdup(rlock_host);
+	srv->host = conn_strdup(rlock_host);
 	srv->port = rlock_port;
-	srv->unix_socket = rlock_strdup(rlock_unix_socket);
+	srv->unix_socket = conn_strdup(rlock_unix_socket);
 	srv->database = rlock_database;
-	srv->username = rlock_strdup(rlock_username);
-	srv->password_file = rlock_strdup(rlock_password_file);
+	srv->username = conn_strdup(rlock_username);
+	srv->password_file = conn_strdup(rlock_password_file);
+	srv->tls = rlock_tls;
+	srv->tls_ca_file = conn_strdup(rlock_tls_ca_file);
+	srv->tls_cert_file = conn_strdup(rlock_tls_cert_file);
+	srv->tls_key_file = conn_strdup(rlock_tls_key_file);
+	srv->tls_server_name = conn_strdup(rlock_tls_server_name);
 	if (srv->unix_socket[0] != '\0')
 		snprintf(srv->address, sizeof(srv->address), "unix:%s",
 				 srv->unix_socket);
@@ -223,11 +202,40 @@ rlock_server_configure(RlockServer *srv)
 	srv->resolve_stale = srv->resolving;
 }
 
+static bool
+server_settings_changed(RlockServer *srv)
+{
+	return strcmp(srv->host, rlock_host) != 0 ||
+		srv->port != rlock_port ||
+		strcmp(srv->unix_socket, rlock_unix_socket) != 0 ||
+		srv->database != rlock_database ||
+		strcmp(srv->username, rlock_username) != 0 ||
+		strcmp(srv->password_file, rlock_password_file) != 0 ||
+		srv->tls != rlock_tls ||
+		strcmp(srv->tls_ca_file, rlock_tls_ca_file) != 0 ||
+		strcmp(srv->tls_cert_file, rlock_tls_cert_file) != 0 ||
+		strcmp(srv->tls_key_file, rlock_tls_key_file) != 0 ||
+		strcmp(srv->tls_server_name, rlock_tls_server_name) != 0;
+}
+
+static void
+server_forget_settings(RlockServer *srv)
+{
+	pfree(srv->host);
+	pfree(srv->unix_socket);
+	pfree(srv->username);
+	pfree(srv->password_file);
+	pfree(srv->tls_ca_file);
+	pfree(srv->tls_cert_file);
+	pfree(srv->tls_key_file);
+	pfree(srv->tls_server_name);
+}
+
 /*
  * Forget the history of a connection: connect at once, log afresh.
  */
 static void
-rlock_conn_start_over(RlockConn *conn)
+conn_start_over(RlockConn *conn)
 {
 	conn->retry_at = 0;
 	conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
@@ -236,176 +244,184 @@ rlock_conn_start_over(RlockConn *conn)
 	conn->flap_logged = false;
 }
 
-static void
-rlock_conn_setup(RlockConn *conn, RlockServer *srv, const char *role,
-				 bool subscriber)
+static RlockConn *
+conn_create(RlockServer *srv, const char *role, bool subscriber)
 {
-	memset(conn, 0, sizeof(RlockConn));
+	RlockConn  *conn = MemoryContextAllocZero(rlock_redis_context,
+											  sizeof(RlockConn));
+
 	conn->role = role;
 	conn->subscriber = subscriber;
 	conn->server = srv;
+	if (subscriber)
+		conn->cxt = AllocSetContextCreate(rlock_redis_context,
+										  "rlock subscriber connection",
+										  ALLOCSET_DEFAULT_SIZES);
+	else
+		conn->cxt = AllocSetContextCreate(rlock_redis_context,
+										  "rlock command connection",
+										  ALLOCSET_DEFAULT_SIZES);
 	conn->state = RLOCK_CONN_DOWN;
+	conn->sock = PGINVALID_SOCKET;
 	conn->since = GetCurrentTimestamp();
 	conn->pos = -1;
-	rlock_conn_start_over(conn);
+	conn_start_over(conn);
 	dlist_init(&conn->inflight);
 	snprintf(conn->error, sizeof(conn->error), "not connected yet");
+	return conn;
 }
 
+/*
+ * Set up the connections of the server the settings name.  "ev" says
+ * what to tell the worker about them.
+ */
 void
-rlock_conn_init(void)
+rlock_redis_start(const RlockConnEvents *ev)
 {
-	rlock_server = MemoryContextAllocZero(TopMemoryContext,
-										  sizeof(RlockServer));
-	rlock_server_configure(rlock_server);
-	rlock_conn_setup(&rlock_server->cmd, rlock_server, "command", false);
-	rlock_conn_setup(&rlock_server->sub, rlock_server, "subscriber", true);
+	events = ev;
+	rlock_redis_context = AllocSetContextCreate(TopMemoryContext,
+												"rlock redis",
+												ALLOCSET_DEFAULT_SIZES);
+	read_buf = MemoryContextAlloc(rlock_redis_context, RLOCK_READ_CHUNK);
+	server = MemoryContextAllocZero(rlock_redis_context, sizeof(RlockServer));
+	server_configure(server);
+	conns[0] = conn_create(server, "command", false);
+	conns[1] = conn_create(server, "subscriber", true);
+}
+
+RlockConn *
+rlock_redis_command_conn(void)
+{
+	return conns[0];
+}
+
+RlockConn *
+rlock_redis_subscriber_conn(void)
+{
+	return conns[1];
+}
+
+const char *
+rlock_redis_address(void)
+{
+	return server->address;
 }
 
 /*
  * After a configuration reload: if any connection setting changed, drop
  * both connections and connect again with the new settings at once.
+ * Certificate and key files are read again for every new TLS connection
+ * after a reload, changed or not.
  */
 void
-rlock_conn_reload(void)
+rlock_redis_reload(void)
 {
-	RlockServer *srv = rlock_server;
+	int			i;
 
-	if (strcmp(srv->host, rlock_host) == 0 &&
-		srv->port == rlock_port &&
-		strcmp(srv->unix_socket, rlock_unix_socket) == 0 &&
-		srv->database == rlock_database &&
-		strcmp(srv->username, rlock_username) == 0 &&
-		strcmp(srv->password_file, rlock_password_file) == 0)
+	rlock_tls_reset();
+	if (!server_settings_changed(server))
 		return;
 
 	ereport(LOG,
 			(errmsg("rlock connection settings changed, reconnecting to Redis")));
-	rlock_conn_drop(&srv->cmd, "connection settings changed");
-	rlock_conn_drop(&srv->sub, "connection settings changed");
-	pfree(srv->host);
-	pfree(srv->unix_socket);
-	pfree(srv->username);
-	pfree(srv->password_file);
-	rlock_server_configure(srv);
-	rlock_status_touch();
-	rlock_conn_start_over(&srv->cmd);
-	rlock_conn_start_over(&srv->sub);
+	for (i = 0; i < NCONNS; i++)
+		conn_close(conns[i], "connection settings changed", true);
+	server_forget_settings(server);
+	server_configure(server);
+	status_dirty = true;
+	for (i = 0; i < NCONNS; i++)
+		conn_start_over(conns[i]);
 }
 
-/*---- host name resolution ----*/
+/*---- state of a connection, for the worker ----*/
 
 /*
- * SIGUSR2 handler: getaddrinfo_a() finished.  Wake the main loop.
+ * Can the connection take commands now?
  */
-static void
-rlock_resolver_signal(SIGNAL_ARGS)
+bool
+rlock_conn_ready(RlockConn *conn)
 {
-	int			save_errno = errno;
-
-	SetLatch(MyLatch);
-	errno = save_errno;
-}
-
-static bool
-rlock_is_numeric_host(const char *host)
-{
-	unsigned char buf[sizeof(struct in6_addr)];
-
-	return inet_pton(AF_INET, host, buf) == 1 ||
-		inet_pton(AF_INET6, host, buf) == 1;
+	return conn->state == RLOCK_CONN_READY && !conn->failed;
 }
 
 /*
- * Start resolving the server's host name in the background.
+ * Why the connection is not ready, for messages.
  */
-static void
-rlock_resolve_start(RlockServer *srv)
+const char *
+rlock_conn_error(RlockConn *conn)
 {
-	struct gaicb *list[1];
-	struct sigevent sev;
-	int			rc;
+	return conn->error[0] ? conn->error : "not connected";
+}
 
-	if (srv->resolving)
-		return;
+void
+rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
+{
+	va_list		ap;
 
-	pqsignal(SIGUSR2, rlock_resolver_signal);
-	memset(&srv->gai, 0, sizeof(srv->gai));
-	memset(&srv->gai_hints, 0, sizeof(srv->gai_hints));
-	srv->gai_hints.ai_family = AF_UNSPEC;
-	srv->gai_hints.ai_socktype = SOCK_STREAM;
-	strlcpy(srv->gai_name, srv->host, sizeof(srv->gai_name));
-	srv->gai.ar_name = srv->gai_name;
-	srv->gai.ar_request = &srv->gai_hints;
-
-	memset(&sev, 0, sizeof(sev));
-	sev.sigev_notify = SIGEV_SIGNAL;
-	sev.sigev_signo = SIGUSR2;
-
-	list[0] = &srv->gai;
-	rc = getaddrinfo_a(GAI_NOWAIT, list, 1, &sev);
-	if (rc != 0)
-	{
-		snprintf(srv->resolve_error, sizeof(srv->resolve_error),
-				 "could not resolve \"%s\": %s", srv->host, gai_strerror(rc));
-		return;
-	}
-	srv->resolving = true;
-	srv->resolve_stale = false;
+	va_start(ap, fmt);
+	vsnprintf(conn->error, sizeof(conn->error), fmt, ap);
+	va_end(ap);
+	rlock_redis_status_error(conn->error);
 }
 
 /*
- * Collect the result of a finished resolution, if any.
+ * The connection cannot be used any more: drop it at the next tick.  The
+ * first reason given is the one kept.
  */
 static void
-rlock_resolve_check(RlockServer *srv)
+conn_mark_failed(RlockConn *conn)
 {
-	int			rc;
-	int			family;
-	struct addrinfo *ai;
+	conn->failed = true;
+}
 
-	if (!srv->resolving)
+/*
+ * The connection cannot go on: Redis refused part of the handshake, or a
+ * file it needs cannot be read.  "reason" (if not NULL) says why.
+ */
+void
+rlock_conn_give_up(RlockConn *conn, const char *reason)
+{
+	if (conn->failed)
 		return;
-	rc = gai_error(&srv->gai);
-	if (rc == EAI_INPROGRESS)
-		return;
-	srv->resolving = false;
-	if (srv->resolve_stale)
-	{
-		if (rc == 0)
-			freeaddrinfo(srv->gai.ar_result);
-		return;
-	}
-	if (rc != 0)
-	{
-		snprintf(srv->resolve_error, sizeof(srv->resolve_error),
-				 "could not resolve \"%s\": %s", srv->host, gai_strerror(rc));
-		return;
-	}
-	/* like hiredis itself, prefer an IPv4 address */
-	for (family = AF_INET;; family = AF_INET6)
-	{
-		for (ai = srv->gai.ar_result; ai != NULL; ai = ai->ai_next)
-		{
-			const void *addr;
+	if (reason != NULL)
+		rlock_conn_set_error(conn, "%s", reason);
+	conn_mark_failed(conn);
+}
 
-			if (ai->ai_family != family)
-				continue;
-			if (family == AF_INET)
-				addr = &((struct sockaddr_in *) ai->ai_addr)->sin_addr;
-			else
-				addr = &((struct sockaddr_in6 *) ai->ai_addr)->sin6_addr;
-			if (inet_ntop(family, addr, srv->resolved,
-						  sizeof(srv->resolved)) != NULL)
-				break;
-		}
-		if (ai != NULL || family == AF_INET6)
-			break;
+/*
+ * A reply handler found a reply that makes no sense (a subscribe
+ * confirmation for another channel, say): treat it as a protocol
+ * violation.
+ */
+void
+rlock_conn_fail(RlockConn *conn, const char *what)
+{
+	rlock_conn_violation(conn, RLOCK_VIOLATION_SHAPE, what);
+}
+
+/*
+ * Redis sent something it never would: drop the connection, and log the
+ * first time for each cause (a broken proxy does it again and again;
+ * rlock_status() shows the latest).
+ */
+void
+rlock_conn_violation(RlockConn *conn, RlockViolation why, const char *detail)
+{
+	if (conn->failed)
+		return;					/* the first failure is the one to report */
+	rlock_conn_set_error(conn, "%s", detail);
+	conn_mark_failed(conn);
+	/* the outage this starts is logged here, or was logged before */
+	conn->quiet_drop = true;
+	if (!violation_logged[why])
+	{
+		violation_logged[why] = true;
+		conn->ready_logged = false; /* and its end will be */
+		ereport(LOG,
+				(errmsg("rlock dropped its %s connection to Redis at %s: %s",
+						conn->role, conn->server->address, detail),
+				 errdetail("Redis, or something between rlock and Redis, sent what Redis never sends; rlock connects again.  Later drops for the same cause are not logged.")));
 	}
-	freeaddrinfo(srv->gai.ar_result);
-	if (srv->resolved[0] == '\0')
-		snprintf(srv->resolve_error, sizeof(srv->resolve_error),
-				 "host name \"%s\" has no usable address", srv->host);
 }
 
 /*---- connection life cycle ----*/
@@ -414,7 +430,7 @@ rlock_resolve_check(RlockServer *srv)
  * Log the first failure of an outage; later ones would only repeat it.
  */
 static void
-rlock_conn_log_failure(RlockConn *conn, bool was_ready)
+conn_log_failure(RlockConn *conn, bool was_ready)
 {
 	if (conn->outage_logged)
 		return;
@@ -430,87 +446,57 @@ rlock_conn_log_failure(RlockConn *conn, bool was_ready)
 						conn->role, conn->server->address, conn->error)));
 }
 
-static void
-rlock_conn_set_error(RlockConn *conn, const char *msg)
-{
-	strlcpy(conn->error, msg, sizeof(conn->error));
-	rlock_status_error(msg);
-}
-
 /*
- * Remember an error for rlock_status(): a connection failure or an error
- * reply from Redis.
- */
-void
-rlock_status_error(const char *msg)
-{
-	strlcpy(last_error, msg, sizeof(last_error));
-	last_error_at = GetCurrentTimestamp();
-	status_dirty = true;
-}
-
-/*
- * Something rlock_status() shows changed: publish at the end of the pass.
- */
-void
-rlock_status_touch(void)
-{
-	status_dirty = true;
-}
-
-/*
- * Copy the state of the connections into shared memory, if it changed.
- */
-void
-rlock_status_publish(void)
-{
-	RlockWorkerStatus *st = &rlock_shared->status;
-
-	if (!status_dirty &&
-		st->cmd_state == (int) rlock_server->cmd.state &&
-		st->sub_state == (int) rlock_server->sub.state)
-		return;
-	status_dirty = false;
-
-	rlock_status_begin_write();
-	st->cmd_state = rlock_server->cmd.state;
-	st->sub_state = rlock_server->sub.state;
-	st->cmd_since = rlock_server->cmd.since;
-	st->sub_since = rlock_server->sub.since;
-	strlcpy(st->address, rlock_server->address, sizeof(st->address));
-	strlcpy(st->redis_version, redis_version, sizeof(st->redis_version));
-	strlcpy(st->redis_role, redis_role, sizeof(st->redis_role));
-	strlcpy(st->last_error, last_error, sizeof(st->last_error));
-	st->last_error_at = last_error_at;
-	st->channels = rlock_waiters_channels();
-	rlock_status_end_write();
-}
-
-/*
- * The context is gone (hiredis freed it).  Fail what was on the wire,
- * tell the worker, and schedule the next attempt.
+ * Release the socket and what goes with it.
  */
 static void
-rlock_conn_closed(RlockConn *conn)
+conn_release(RlockConn *conn)
+{
+	if (conn->tls != NULL)
+		conn->transport->close(conn);
+	if (conn->sock != PGINVALID_SOCKET)
+	{
+		rlock_socket_close(conn);
+		wait_set_stale = true;
+	}
+	rlock_reader_free(conn->reader);
+	conn->reader = NULL;
+	/* the output buffer, the reader's replies, the TLS state */
+	MemoryContextReset(conn->cxt);
+	conn->out.data = NULL;
+	conn->out.len = 0;
+	conn->out_pos = 0;
+	conn->pos = -1;
+	conn->read_more = false;
+}
+
+/*
+ * The connection is gone, or never came.  Answer what was on the wire
+ * with NULL, tell the worker, and schedule the next attempt.
+ */
+static void
+conn_closed(RlockConn *conn)
 {
 	bool		was_ready = (conn->state == RLOCK_CONN_READY);
-	dlist_mutable_iter iter;
+	bool		quiet = conn->quiet_drop;
 	TimestampTz now = GetCurrentTimestamp();
 
+	conn_release(conn);
 	conn->state = RLOCK_CONN_DOWN;
 	if (was_ready)
 		conn->since = now;		/* an outage begins */
 	conn->handshake = 0;
 	conn->failed = false;
+	conn->quiet_drop = false;
+	conn->scripts_loaded_at = 0;
+	conn->scripts_seq = 0;
 
-	/* commands whose callbacks hiredis did not run: the subscriber's */
-	dlist_foreach_modify(iter, &conn->inflight)
+	while (!dlist_is_empty(&conn->inflight))
 	{
-		RlockCmd   *cmd = dlist_container(RlockCmd, node, iter.cur);
+		RlockCmd   *cmd = dlist_container(RlockCmd, node,
+										  dlist_pop_head_node(&conn->inflight));
 
-		dlist_delete(&cmd->node);
-		rlock_worker_reply(conn, cmd, NULL);
-		rlock_cmd_free(cmd);
+		cmd->done(conn, cmd, NULL);
 	}
 
 	/* a connection lost after a stable while is a new outage */
@@ -530,572 +516,393 @@ rlock_conn_closed(RlockConn *conn)
 	}
 	conn->retry_at = TimestampTzPlusMilliseconds(now, conn->backoff_ms);
 	conn->backoff_ms = Min(conn->backoff_ms * 2, RLOCK_BACKOFF_MAX_MS);
-	rlock_conn_log_failure(conn, was_ready);
-	rlock_worker_conn_lost(conn);
-}
-
-/*
- * Close a connection on purpose.  hiredis runs the callbacks of everything
- * on the wire with a NULL reply, then our cleanup hook.
- */
-void
-rlock_conn_drop(RlockConn *conn, const char *reason)
-{
-	rlock_conn_close(conn, reason, true);
-}
-
-/*
- * The same; the reason goes into rlock_status()'s last error only if it is
- * the first cause (a connection dropped because the other one failed
- * keeps that failure there).
- */
-static void
-rlock_conn_close(RlockConn *conn, const char *reason, bool first_cause)
-{
-	if (conn->ac == NULL)
-		return;
-	if (first_cause)
-		rlock_conn_set_error(conn, reason);
+	if (quiet)
+		conn->outage_logged = true;
 	else
-		strlcpy(conn->error, reason, sizeof(conn->error));
-	redisAsyncFree(conn->ac);
+		conn_log_failure(conn, was_ready);
+	events->lost(conn);
 }
 
 /*
- * Pull "name:value" out of an INFO reply into buf.  False if absent.
- */
-static bool
-rlock_info_field(const char *info, const char *name, char *buf, size_t size)
-{
-	size_t		namelen = strlen(name);
-	const char *line = info;
-
-	while (line != NULL && *line != '\0')
-	{
-		if (strncmp(line, name, namelen) == 0 && line[namelen] == ':')
-		{
-			const char *value = line + namelen + 1;
-
-			snprintf(buf, size, "%.*s", (int) strcspn(value, "\r\n"), value);
-			return true;
-		}
-		line = strchr(line, '\n');
-		if (line != NULL)
-			line++;
-	}
-	return false;
-}
-
-/*
- * Send a handshake command whose failure does not fail the connection
- * (index: RLOCK_HANDSHAKE_*, which says what its reply is for).
+ * Close a connection on purpose.  The reason goes into rlock_status()'s
+ * last error only if it is the first cause (a connection dropped because
+ * the other one failed keeps that failure there).
  */
 static void
-rlock_conn_send_optional(RlockConn *conn, int index, int argc,
-						 const char **argv, const size_t *lens)
+conn_close(RlockConn *conn, const char *reason, bool first_cause)
 {
-	RlockCmd   *cmd = rlock_cmd_new(RLOCK_CMD_HANDSHAKE);
-
-	cmd->index = index;
-	(void) rlock_conn_send(conn, cmd, argc, argv, lens);
-}
-
-/*
- * Part of the command connection's handshake: ask which server this is
- * (INFO server gives its version and its run_id, which names the server
- * process) and this connection's CLIENT ID.  The fence against the
- * previous connection follows from the INFO reply.
- */
-static void
-rlock_conn_identify(RlockConn *conn)
-{
-	static const char *info[2] = {"INFO", "server"};
-	static const size_t info_lens[2] = {4, 6};
-	static const char *client_id[2] = {"CLIENT", "ID"};
-	static const size_t client_id_lens[2] = {6, 2};
-
-	conn->run_id[0] = '\0';
-	redis_version[0] = '\0';
-	rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_INFO, 2, info, info_lens);
-	rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_CLIENT_ID, 2, client_id,
-							 client_id_lens);
-}
-
-/*
- * Close the previous command connection on the server side, if Redis
- * still has it, before anything but the handshake is sent on this one: a
- * command of the old connection that had not reached Redis when the worker
- * gave up on it (delayed in the network, or read by a Redis that was
- * stalled) must not run after the commands that restate the counts, and
- * once its connection is closed it cannot run at all.  The previous
- * connection's id is in shared memory, so this covers a restarted worker
- * too.
- *
- * A client id means something only to the server process that gave it:
- * a restarted Redis, a promoted replica or another server after a change
- * of settings numbers its clients afresh, and the id may belong to some
- * other application there.  So the id is used only when this connection
- * reached the same server process, known by its run_id.  Sent from the
- * INFO reply, the kill still goes out before the handshake ends.
- */
-static void
-rlock_conn_fence(RlockConn *conn)
-{
-	const char *argv[4];
-	size_t		lens[4];
-	char		id[24];
-	int64		previous;
-	bool		same_server;
-
-	SpinLockAcquire(&rlock_shared->mutex);
-	previous = rlock_shared->cmd_client_id;
-	same_server = (conn->run_id[0] != '\0' &&
-				   strcmp(rlock_shared->cmd_run_id, conn->run_id) == 0);
-	SpinLockRelease(&rlock_shared->mutex);
-
-	if (previous <= 0 || !same_server)
+	if (conn->state == RLOCK_CONN_DOWN)
 		return;
-	argv[0] = "CLIENT";
-	argv[1] = "KILL";
-	argv[2] = "ID";
-	argv[3] = id;
-	lens[0] = 6;
-	lens[1] = 4;
-	lens[2] = 2;
-	lens[3] = snprintf(id, sizeof(id), INT64_FORMAT, previous);
-	rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_FENCE, 4, argv, lens);
+	if (!conn->failed)
+	{
+		if (first_cause)
+			rlock_conn_set_error(conn, "%s", reason);
+		else
+			strlcpy(conn->error, reason, sizeof(conn->error));
+	}
+	conn_closed(conn);
 }
 
 /*
- * The reply to an optional handshake command.
+ * The socket is connected: start the transport's own handshake, if it
+ * has one, then Redis's.
  */
 static void
-rlock_optional_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
+conn_opened(RlockConn *conn)
 {
-	static bool fence_warned = false;
-
-	if (cmd->index == RLOCK_HANDSHAKE_INFO &&
-		(reply->type == REDIS_REPLY_STRING ||
-		 reply->type == REDIS_REPLY_STATUS))
+	conn->reader = rlock_reader_create(conn->cxt);
+	if (conn->reader == NULL)
 	{
-		(void) rlock_info_field(reply->str, "redis_version",
-								redis_version, sizeof(redis_version));
-		if (!rlock_info_field(reply->str, "run_id",
-							  conn->run_id, sizeof(conn->run_id)))
-			conn->run_id[0] = '\0';
-		status_dirty = true;
-		rlock_conn_fence(conn);
-	}
-	else if (cmd->index == RLOCK_HANDSHAKE_CLIENT_ID)
-	{
-		int64		id = (reply->type == REDIS_REPLY_INTEGER) ?
-		reply->integer : 0;
-
-		/* without the server's name the id cannot be used safely */
-		SpinLockAcquire(&rlock_shared->mutex);
-		rlock_shared->cmd_client_id = (conn->run_id[0] != '\0') ? id : 0;
-		strlcpy(rlock_shared->cmd_run_id, conn->run_id,
-				sizeof(rlock_shared->cmd_run_id));
-		SpinLockRelease(&rlock_shared->mutex);
-	}
-	if (reply->type == REDIS_REPLY_ERROR && !fence_warned &&
-		cmd->index != RLOCK_HANDSHAKE_OPTIONAL &&
-		strstr(reply->str, "No such client") == NULL)
-	{
-		fence_warned = true;
-		ereport(LOG,
-				(errmsg("rlock cannot close its earlier connections to Redis at %s on the server side",
-						conn->server->address),
-				 errdetail_internal("%s", reply->str),
-				 errhint("Allow the rlock user INFO, CLIENT ID and CLIENT KILL, or a command that was under way when a connection was given up may still run later.")));
-	}
-}
-
-/*
- * hiredis connect callback: the socket is connected (or not).  Send the
- * handshake: AUTH, SELECT, CLIENT SETNAME and, on the command connection,
- * INFO server, CLIENT ID and SCRIPT LOAD, then (from the INFO reply) the
- * fence against the previous connection.  They all run before anything
- * else we send.
- */
-static void
-rlock_on_connect(const redisAsyncContext *cac, int status)
-{
-	redisAsyncContext *ac = (redisAsyncContext *) cac;
-	RlockConn  *conn = (RlockConn *) ac->data;
-	RlockServer *srv = conn->server;
-	char		password[1024];
-	bool		have_password = false;
-	char		dbname[16];
-
-	if (status != REDIS_OK)
-	{
-		rlock_conn_set_error(conn, ac->errstr);
-		return;					/* hiredis frees the context next */
-	}
-
-	conn->state = RLOCK_CONN_HANDSHAKE;
-
-	if (srv->password_file[0] != '\0')
-	{
-		FILE	   *f = AllocateFile(srv->password_file, "r");
-
-		if (f == NULL || fgets(password, sizeof(password), f) == NULL)
-		{
-			snprintf(conn->error, sizeof(conn->error),
-					 "could not read password file \"%s\": %s",
-					 srv->password_file,
-					 f == NULL ? strerror(errno) : "file is empty");
-			if (f != NULL)
-				FreeFile(f);
-			conn->failed = true;
-			return;
-		}
-		FreeFile(f);
-		password[strcspn(password, "\r\n")] = '\0';
-		have_password = true;
-	}
-
-	if (srv->username[0] != '\0' || have_password)
-	{
-		const char *argv[3];
-		size_t		lens[3];
-		int			argc = 0;
-
-		argv[argc] = "AUTH";
-		lens[argc++] = 4;
-		if (srv->username[0] != '\0')
-		{
-			argv[argc] = srv->username;
-			lens[argc++] = strlen(srv->username);
-		}
-		argv[argc] = have_password ? password : "";
-		lens[argc] = strlen(argv[argc]);
-		argc++;
-		(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_HANDSHAKE),
-							   argc, argv, lens);
-		explicit_bzero(password, sizeof(password));
-	}
-
-	if (!conn->subscriber && srv->database != 0)
-	{
-		const char *argv[2];
-		size_t		lens[2];
-
-		snprintf(dbname, sizeof(dbname), "%d", srv->database);
-		argv[0] = "SELECT";
-		lens[0] = 6;
-		argv[1] = dbname;
-		lens[1] = strlen(dbname);
-		(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_HANDSHAKE),
-							   2, argv, lens);
-	}
-
-	{
-		const char *argv[3];
-		size_t		lens[3];
-
-		argv[0] = "CLIENT";
-		argv[1] = "SETNAME";
-		argv[2] = conn->subscriber ? "rlock_subscriber" : "rlock_command";
-		lens[0] = 6;
-		lens[1] = 7;
-		lens[2] = strlen(argv[2]);
-		/* an ACL may forbid CLIENT SETNAME: not a reason to fail */
-		rlock_conn_send_optional(conn, RLOCK_HANDSHAKE_OPTIONAL, 3, argv, lens);
-	}
-
-	if (!conn->subscriber)
-	{
-		rlock_conn_identify(conn);
-		rlock_scripts_load(conn);
-	}
-}
-
-/*
- * hiredis disconnect callback: remember why, for messages.
- */
-static void
-rlock_on_disconnect(const redisAsyncContext *ac, int status)
-{
-	RlockConn  *conn = (RlockConn *) ac->data;
-
-	if (status != REDIS_OK && ac->errstr != NULL)
-		rlock_conn_set_error(conn, ac->errstr);
-	else if (status == REDIS_OK && conn->error[0] == '\0')
-		rlock_conn_set_error(conn, "connection closed");
-}
-
-/*
- * Ask the server for its role, for rlock_status() (its version came with
- * the handshake).  An ACL may refuse it: the role is then shown as
- * unknown.
- */
-static void
-rlock_conn_ask_role(RlockConn *conn)
-{
-	const char *role[1] = {"ROLE"};
-	size_t		role_lens[1] = {4};
-
-	redis_role[0] = '\0';
-	(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_SERVER_INFO),
-						   1, role, role_lens);
-}
-
-/*
- * The answer to ROLE: an array whose first element names the role.
- */
-static void
-rlock_role_reply(redisReply *reply)
-{
-	if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
-		reply->elements > 0 &&
-		reply->element[0]->type == REDIS_REPLY_STRING)
-		strlcpy(redis_role, reply->element[0]->str, sizeof(redis_role));
-	status_dirty = true;
-}
-
-/*
- * A handshake reply.  Errors fail the connection, except for CLIENT
- * SETNAME.  The last one makes the connection READY.
- */
-static void
-rlock_handshake_reply(RlockConn *conn, RlockCmd *cmd, redisReply *reply)
-{
-	if (reply == NULL || conn->failed)
-		return;					/* the first failure is the one to report */
-	if (cmd->type == RLOCK_CMD_HANDSHAKE && cmd->index < 0)
-		rlock_optional_reply(conn, cmd, reply);
-	else if (reply->type == REDIS_REPLY_ERROR)
-	{
-		snprintf(conn->error, sizeof(conn->error), "%s", reply->str);
-		conn->failed = true;
+		rlock_conn_set_error(conn, "out of memory");
+		conn_mark_failed(conn);
 		return;
 	}
-	if (cmd->type == RLOCK_CMD_SCRIPT_LOAD &&
-		(reply->type != REDIS_REPLY_STRING ||
-		 !rlock_script_loaded(cmd->index, reply->str, reply->len)))
 	{
-		snprintf(conn->error, sizeof(conn->error),
-				 "unexpected reply to SCRIPT LOAD");
-		conn->failed = true;
-		return;
-	}
-	if (--conn->handshake == 0 && !conn->failed &&
-		conn->state == RLOCK_CONN_HANDSHAKE)
-	{
-		conn->state = RLOCK_CONN_READY;
-		conn->ready_at = conn->since = GetCurrentTimestamp();
-		status_dirty = true;
-		conn->error[0] = '\0';
-		if (conn->ever_ready)
-			rlock_count(RLOCK_STAT_RECONNECTS, 1);
-		conn->ever_ready = true;
-		if (!conn->subscriber)
-			rlock_conn_ask_role(conn);
-		if (!conn->ready_logged)
-		{
-			ereport(LOG,
-					(errmsg("rlock %s connection to Redis at %s is ready",
-							conn->role, conn->server->address)));
-			conn->ready_logged = true;
-		}
-		rlock_worker_conn_ready(conn);
-	}
-}
+		MemoryContext old = MemoryContextSwitchTo(conn->cxt);
 
-/*
- * Reply callback of the command connection: privdata is our RlockCmd.
- */
-static void
-rlock_cmd_callback(redisAsyncContext *ac, void *r, void *privdata)
-{
-	RlockConn  *conn = (RlockConn *) ac->data;
-	RlockCmd   *cmd = (RlockCmd *) privdata;
-	redisReply *reply = (redisReply *) r;
-
-	dlist_delete(&cmd->node);
-	if (reply != NULL)
-		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
-							(uint64) GetCurrentTimestamp());
-	if (reply != NULL && reply->type == REDIS_REPLY_ERROR &&
-		cmd->type != RLOCK_CMD_SERVER_INFO &&
-		!(cmd->type == RLOCK_CMD_HANDSHAKE && cmd->index < 0))
-	{
-		rlock_count(RLOCK_STAT_REDIS_ERRORS, 1);
-		rlock_status_error(reply->str);
+		initStringInfo(&conn->out);
+		MemoryContextSwitchTo(old);
 	}
-	switch (cmd->type)
-	{
-		case RLOCK_CMD_HANDSHAKE:
-		case RLOCK_CMD_SCRIPT_LOAD:
-			rlock_handshake_reply(conn, cmd, reply);
-			break;
-		case RLOCK_CMD_SERVER_INFO:
-			rlock_role_reply(reply);
-			break;
-		case RLOCK_CMD_PING:
-			break;
-		default:
-			if (reply != NULL)
-				rlock_latency(RLOCK_LATENCY_ROUND_TRIP,
-							  GetCurrentTimestamp() - cmd->sent_at);
-			rlock_worker_reply(conn, cmd, r);
-			break;
-	}
-	rlock_cmd_free(cmd);
-}
-
-/*
- * Reply callback of the subscriber connection.  hiredis keys subscription
- * callbacks by channel and can hand a reply to the callback of an earlier
- * one, so every command here uses this one callback with no privdata:
- * published messages are told apart by their shape, and every other reply
- * answers the oldest command on the wire.
- */
-static void
-rlock_sub_callback(redisAsyncContext *ac, void *r, void *privdata)
-{
-	RlockConn  *conn = (RlockConn *) ac->data;
-	redisReply *reply = (redisReply *) r;
-	RlockCmd   *cmd;
-
-	if (reply == NULL)
-		return;					/* the context is going away */
-
-	if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 3 &&
-		reply->element[0]->type == REDIS_REPLY_STRING &&
-		strcmp(reply->element[0]->str, "message") == 0)
-	{
-		redisReply *channel = reply->element[1];
-		redisReply *payload = reply->element[2];
-
-		if (channel->type == REDIS_REPLY_STRING &&
-			payload->type == REDIS_REPLY_STRING)
-			rlock_waiters_message(channel->str, channel->len,
-								  payload->str, payload->len);
-		return;
-	}
-
-	if (dlist_is_empty(&conn->inflight))
-	{
-		snprintf(conn->error, sizeof(conn->error),
-				 "unexpected reply on the subscriber connection");
-		conn->failed = true;
-		return;
-	}
-	cmd = dlist_container(RlockCmd, node, dlist_pop_head_node(&conn->inflight));
-	if (reply->type == REDIS_REPLY_ERROR &&
-		!(cmd->type == RLOCK_CMD_HANDSHAKE && cmd->index < 0))
-	{
-		rlock_count(RLOCK_STAT_REDIS_ERRORS, 1);
-		rlock_status_error(reply->str);
-	}
-	if (cmd->type == RLOCK_CMD_HANDSHAKE)
-		rlock_handshake_reply(conn, cmd, reply);
+	conn->out_pos = 0;
+	if (conn->transport == &rlock_transport_tls)
+		conn->state = RLOCK_CONN_SECURING;
 	else
-		rlock_worker_reply(conn, cmd, reply);
-	rlock_cmd_free(cmd);
-}
-
-/*
- * Send one command.  Returns false (and frees cmd) if the connection
- * cannot take it.  Nothing is written until rlock_conn_flush() or the next
- * writeable event, so commands queued in one pass go out in one write.
- */
-bool
-rlock_conn_send(RlockConn *conn, RlockCmd *cmd, int argc, const char **argv,
-				const size_t *argvlen)
-{
-	int			rc;
-
-	if (conn->ac == NULL || conn->failed)
 	{
-		rlock_cmd_free(cmd);
-		return false;
+		conn->state = RLOCK_CONN_HANDSHAKE;
+		rlock_handshake_begin(conn);
 	}
-	if (conn->subscriber)
-		rc = redisAsyncCommandArgv(conn->ac, rlock_sub_callback, NULL,
-								   argc, argv, argvlen);
-	else
-		rc = redisAsyncCommandArgv(conn->ac, rlock_cmd_callback, cmd,
-								   argc, argv, argvlen);
-	if (rc != REDIS_OK)
-	{
-		rlock_cmd_free(cmd);
-		return false;
-	}
-	cmd->sent_at = GetCurrentTimestamp();
-	conn->last_sent_at = cmd->sent_at;
-	dlist_push_tail(&conn->inflight, &cmd->node);
-	if (cmd->type == RLOCK_CMD_HANDSHAKE || cmd->type == RLOCK_CMD_SCRIPT_LOAD)
-		conn->handshake++;
-	return true;
 }
 
 /*
  * Open a new connection (or start resolving the host name first).
  */
 static void
-rlock_conn_start(RlockConn *conn, TimestampTz now)
+conn_start(RlockConn *conn, TimestampTz now)
 {
 	RlockServer *srv = conn->server;
-	redisAsyncContext *ac;
 
 	/* the last failure stays in conn->error, for messages, until READY */
 	if (conn->state == RLOCK_CONN_DOWN)
 		conn->deadline = TimestampTzPlusMilliseconds(now,
 													 rlock_connect_timeout);
 
-	if (srv->unix_socket[0] != '\0')
-		ac = redisAsyncConnectUnix(srv->unix_socket);
-	else if (rlock_is_numeric_host(srv->host))
-		ac = redisAsyncConnect(srv->host, srv->port);
-	else if (srv->resolved[0] != '\0')
-		ac = redisAsyncConnect(srv->resolved, srv->port);
-	else
+	if (srv->unix_socket[0] == '\0' && !rlock_is_numeric_host(srv->host) &&
+		srv->resolved[0] == '\0')
 	{
 		rlock_resolve_start(srv);
 		if (!srv->resolving)
 		{
-			rlock_conn_set_error(conn, srv->resolve_error);
-			rlock_conn_closed(conn);
+			rlock_conn_set_error(conn, "%s", srv->resolve_error);
+			conn_closed(conn);
 			return;
 		}
 		conn->state = RLOCK_CONN_RESOLVING;
 		return;
 	}
 
-	if (ac == NULL || ac->err)
-	{
-		rlock_conn_set_error(conn, ac ? ac->errstr : "out of memory");
-		if (ac != NULL)
-			redisAsyncFree(ac);
-		srv->resolved[0] = '\0';
-		rlock_conn_closed(conn);
-		return;
-	}
-
-	conn->ac = ac;
+	/* TLS is for TCP: like libpq, a Unix socket never uses it */
+	conn->transport = (srv->tls != RLOCK_TLS_OFF && srv->unix_socket[0] == '\0') ?
+		&rlock_transport_tls : &rlock_transport_plain;
 	conn->state = RLOCK_CONN_CONNECTING;
-	conn->want = 0;
-	conn->registered = 0;
-	conn->pos = -1;
 	conn->handshake = 0;
 	conn->failed = false;
-	ac->data = conn;
-	ac->ev.data = conn;
-	ac->ev.addRead = rlock_ev_add_read;
-	ac->ev.delRead = rlock_ev_del_read;
-	ac->ev.addWrite = rlock_ev_add_write;
-	ac->ev.delWrite = rlock_ev_del_write;
-	ac->ev.cleanup = rlock_ev_cleanup;
-	redisAsyncSetConnectCallback(ac, rlock_on_connect);
-	redisAsyncSetDisconnectCallback(ac, rlock_on_disconnect);
-	if (srv->unix_socket[0] == '\0')
-		(void) redisEnableKeepAlive(&ac->c);
+	conn->io_want = 0;
 	wait_set_stale = true;
+	if (!rlock_socket_open(conn))
+	{
+		srv->resolved[0] = '\0';
+		conn_closed(conn);
+	}
 }
+
+/*
+ * The handshake is over: the connection takes commands.
+ */
+void
+rlock_conn_became_ready(RlockConn *conn)
+{
+	conn->state = RLOCK_CONN_READY;
+	conn->ready_at = conn->since = GetCurrentTimestamp();
+	status_dirty = true;
+	conn->error[0] = '\0';
+	if (conn->ever_ready)
+		rlock_count(RLOCK_STAT_RECONNECTS, 1);
+	conn->ever_ready = true;
+	if (!conn->subscriber)
+		rlock_handshake_ask_role(conn);
+	if (!conn->ready_logged)
+	{
+		ereport(LOG,
+				(errmsg("rlock %s connection to Redis at %s is ready",
+						conn->role, conn->server->address)));
+		conn->ready_logged = true;
+	}
+	events->ready(conn);
+}
+
+/*---- sending ----*/
+
+/*
+ * Queue a command.  False if the connection cannot take it (the caller
+ * keeps the command).  Nothing is written until rlock_redis_flush() or
+ * the next writeable event, so commands queued in one pass of the worker
+ * go out in one write.
+ */
+bool
+rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
+{
+	char	   *formatted;
+	int			len;
+	int			i;
+
+	if (conn->failed || conn->state < RLOCK_CONN_HANDSHAKE)
+		return false;
+	if (format_max < args->argc)
+	{
+		format_max = Max(args->argc, 2 * format_max);
+		if (format_argv != NULL)
+		{
+			pfree(format_argv);
+			pfree(format_lens);
+		}
+		format_argv = MemoryContextAlloc(rlock_redis_context,
+										 sizeof(char *) * format_max);
+		format_lens = MemoryContextAlloc(rlock_redis_context,
+										 sizeof(size_t) * format_max);
+	}
+	for (i = 0; i < args->argc; i++)
+	{
+		format_argv[i] = args->buf.data + args->offsets[i];
+		format_lens[i] = args->lens[i];
+	}
+	len = redisFormatCommandArgv(&formatted, args->argc, format_argv,
+								 format_lens);
+	if (len < 0)
+	{
+		rlock_conn_set_error(conn, "out of memory while formatting a command");
+		conn_mark_failed(conn);
+		return false;
+	}
+	appendBinaryStringInfo(&conn->out, formatted, len);
+	redisFreeCommand(formatted);
+
+	cmd->sent_at = GetCurrentTimestamp();
+	cmd->send_seq = ++conn->sends;
+	conn->last_sent_at = cmd->sent_at;
+	dlist_push_tail(&conn->inflight, &cmd->node);
+	return true;
+}
+
+/*
+ * Write as much of the output buffer as the socket takes.
+ */
+static void
+conn_write(RlockConn *conn)
+{
+	while (conn->out_pos < conn->out.len)
+	{
+		ssize_t		n;
+
+		conn->io_want = 0;
+		n = conn->transport->write(conn, conn->out.data + conn->out_pos,
+								   conn->out.len - conn->out_pos);
+		if (n < 0)
+		{
+			conn_mark_failed(conn);
+			return;
+		}
+		if (n == 0)
+			return;				/* conn->io_want says what for */
+		conn->out_pos += n;
+	}
+	conn->io_want = 0;
+	conn->out.len = 0;
+	conn->out.data[0] = '\0';
+	conn->out_pos = 0;
+}
+
+/*
+ * Drop what was written from the front of a large output buffer.
+ */
+static void
+conn_compact(RlockConn *conn)
+{
+	if (conn->out_pos < RLOCK_OUT_COMPACT ||
+		conn->out_pos < conn->out.len / 2)
+		return;
+	memmove(conn->out.data, conn->out.data + conn->out_pos,
+			conn->out.len - conn->out_pos);
+	conn->out.len -= conn->out_pos;
+	conn->out_pos = 0;
+}
+
+/*---- receiving ----*/
+
+/*
+ * A reply on a subscriber connection that is no answer: a published
+ * message, or a push rlock never asked for.  True if handled.
+ */
+static bool
+conn_dispatch_push(RlockConn *conn, RlockReply *reply)
+{
+	char		what[64];
+	char		detail[128];
+
+	switch (rlock_reply_pubsub_frame(reply))
+	{
+		case RLOCK_FRAME_REPLY:
+			return false;
+		case RLOCK_FRAME_MESSAGE:
+			events->message(conn, reply->element[1]->str,
+							reply->element[1]->len,
+							reply->element[2]->str,
+							reply->element[2]->len);
+			return true;
+		case RLOCK_FRAME_MALFORMED:
+			rlock_reply_describe(reply, what, sizeof(what));
+			snprintf(detail, sizeof(detail),
+					 "a published message of an unexpected shape (%s)", what);
+			rlock_conn_violation(conn, RLOCK_VIOLATION_PUBSUB, detail);
+			return true;
+	}
+	return false;
+}
+
+/*
+ * One reply read from a connection: hand it to the command it answers.
+ */
+static void
+conn_dispatch(RlockConn *conn, RlockReply *reply)
+{
+	RlockCmd   *cmd;
+	char		what[64];
+	char		detail[256];
+
+	if (conn->subscriber && conn_dispatch_push(conn, reply))
+		return;
+	if (dlist_is_empty(&conn->inflight))
+	{
+		rlock_reply_describe(reply, what, sizeof(what));
+		snprintf(detail, sizeof(detail),
+				 "a reply with no command waiting for it (%s)", what);
+		rlock_conn_violation(conn, RLOCK_VIOLATION_UNSOLICITED, detail);
+		return;
+	}
+	cmd = dlist_head_element(RlockCmd, node, &conn->inflight);
+	if (!rlock_reply_fits(reply, cmd->shape, cmd->nelements))
+	{
+		rlock_reply_describe(reply, what, sizeof(what));
+		snprintf(detail, sizeof(detail),
+				 "a reply of the wrong shape (%s) to a command", what);
+		rlock_conn_violation(conn, RLOCK_VIOLATION_SHAPE, detail);
+		return;
+	}
+	dlist_delete(&cmd->node);
+	if (!conn->subscriber)
+		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
+							(uint64) GetCurrentTimestamp());
+	cmd->done(conn, cmd, reply);
+}
+
+/*
+ * Read what the socket has, up to a bound per wake-up (a server flooding
+ * the connection must not keep the worker from everything else), and
+ * dispatch every complete reply.
+ */
+static void
+conn_read(RlockConn *conn)
+{
+	int			i;
+
+	conn->read_more = false;
+	for (i = 0; i < RLOCK_READS_PER_WAKE; i++)
+	{
+		ssize_t		n;
+		RlockReply *reply;
+		int			rc;
+
+		conn->io_want = 0;
+		n = conn->transport->read(conn, read_buf, RLOCK_READ_CHUNK);
+		if (n < 0)
+		{
+			conn_mark_failed(conn);
+			return;
+		}
+		if (n == 0)
+			return;
+		if (!rlock_reader_feed(conn->reader, read_buf, n))
+			break;
+		while ((rc = rlock_reader_next(conn->reader, &reply)) > 0)
+		{
+			conn_dispatch(conn, reply);
+			rlock_reply_free(reply);
+			if (conn->failed)
+				return;
+		}
+		if (rc < 0)
+			break;
+	}
+	if (conn->reader->fault != RLOCK_READER_OK)
+	{
+		char		fault[160];
+		char		detail[256];
+
+		rlock_reader_describe_fault(conn->reader, fault, sizeof(fault));
+		snprintf(detail, sizeof(detail), "a reply rlock does not accept: %s",
+				 fault);
+		rlock_conn_violation(conn, RLOCK_VIOLATION_READER, detail);
+		return;
+	}
+	conn->read_more = true;		/* the bound was reached */
+}
+
+/*
+ * The socket of a connection is ready (or a transport buffers bytes):
+ * move the connection on.
+ */
+static void
+conn_io(RlockConn *conn)
+{
+	RlockOpen	step;
+
+	switch (conn->state)
+	{
+		case RLOCK_CONN_CONNECTING:
+			if (!rlock_socket_connected(conn))
+				conn_mark_failed(conn);
+			else
+				conn_opened(conn);
+			if (conn->state != RLOCK_CONN_SECURING || conn->failed)
+				break;
+			/* FALLTHROUGH */
+		case RLOCK_CONN_SECURING:
+			conn->io_want = 0;
+			step = conn->transport->open(conn);
+			if (step == RLOCK_OPEN_FAILED)
+				conn_mark_failed(conn);
+			else if (step == RLOCK_OPEN_DONE)
+			{
+				conn->state = RLOCK_CONN_HANDSHAKE;
+				rlock_handshake_begin(conn);
+				conn_write(conn);
+			}
+			break;
+		case RLOCK_CONN_HANDSHAKE:
+		case RLOCK_CONN_READY:
+			conn_read(conn);
+			if (!conn->failed && conn->out_pos < conn->out.len)
+			{
+				conn_write(conn);
+				conn_compact(conn);
+			}
+			break;
+		case RLOCK_CONN_DOWN:
+		case RLOCK_CONN_RESOLVING:
+			break;
+	}
+}
+
+/*---- the loop's side: ticks, flushes, waits ----*/
 
 /*
  * With keepalive on, the command connection is never idle for longer than
@@ -1104,20 +911,11 @@ rlock_conn_start(RlockConn *conn, TimestampTz now)
  * on a long TTL, say).
  */
 static TimestampTz
-rlock_conn_keepalive_at(RlockConn *conn)
+conn_keepalive_at(RlockConn *conn)
 {
 	int			interval = Max(Min(1000, rlock_command_timeout / 2), 10);
 
 	return TimestampTzPlusMilliseconds(conn->last_sent_at, interval);
-}
-
-static void
-rlock_conn_ping(RlockConn *conn)
-{
-	const char *argv[1] = {"PING"};
-	size_t		lens[1] = {4};
-
-	(void) rlock_conn_send(conn, rlock_cmd_new(RLOCK_CMD_PING), 1, argv, lens);
 }
 
 /*
@@ -1125,9 +923,23 @@ rlock_conn_ping(RlockConn *conn)
  * requests).
  */
 void
-rlock_conn_keepalive(bool on)
+rlock_redis_keepalive(bool on)
 {
 	keepalive = on;
+}
+
+static const char *
+conn_timeout_reason(RlockConn *conn)
+{
+	switch (conn->state)
+	{
+		case RLOCK_CONN_CONNECTING:
+			return "timed out while connecting";
+		case RLOCK_CONN_SECURING:
+			return "timed out during the TLS handshake (does the server speak TLS on this port?)";
+		default:
+			return "timed out during the connection handshake";
+	}
 }
 
 /*
@@ -1136,13 +948,13 @@ rlock_conn_keepalive(bool on)
  * check an idle command connection when asked to.
  */
 static void
-rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
+conn_tick(RlockConn *conn, TimestampTz now)
 {
 	RlockServer *srv = conn->server;
 
-	if (conn->failed && conn->ac != NULL)
+	if (conn->failed)
 	{
-		redisAsyncFree(conn->ac);
+		conn_closed(conn);
 		return;
 	}
 
@@ -1150,36 +962,35 @@ rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
 	{
 		case RLOCK_CONN_DOWN:
 			if (now >= conn->retry_at)
-				rlock_conn_start(conn, now);
+				conn_start(conn, now);
 			break;
 		case RLOCK_CONN_RESOLVING:
 			rlock_resolve_check(srv);
 			if (!srv->resolving)
 			{
 				if (srv->resolved[0] != '\0')
-					rlock_conn_start(conn, now);
+					conn_start(conn, now);
 				else
 				{
-					rlock_conn_set_error(conn, srv->resolve_error);
-					rlock_conn_closed(conn);
+					rlock_conn_set_error(conn, "%s", srv->resolve_error);
+					conn_closed(conn);
 				}
 			}
 			else if (now >= conn->deadline)
 			{
-				snprintf(conn->error, sizeof(conn->error),
-						 "could not resolve \"%s\" within rlock.connect_timeout",
-						 srv->host);
-				rlock_conn_closed(conn);
+				rlock_conn_set_error(conn,
+									 "could not resolve \"%s\" within rlock.connect_timeout",
+									 srv->host);
+				conn_closed(conn);
 			}
 			break;
 		case RLOCK_CONN_CONNECTING:
+		case RLOCK_CONN_SECURING:
 		case RLOCK_CONN_HANDSHAKE:
 			if (now >= conn->deadline)
 			{
 				srv->resolved[0] = '\0';
-				rlock_conn_drop(conn, conn->state == RLOCK_CONN_CONNECTING ?
-								"timed out while connecting" :
-								"timed out during the connection handshake");
+				conn_close(conn, conn_timeout_reason(conn), true);
 			}
 			break;
 		case RLOCK_CONN_READY:
@@ -1196,7 +1007,7 @@ rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
 					snprintf(msg, sizeof(msg),
 							 "no answer within rlock.command_timeout (%d ms)",
 							 rlock_command_timeout);
-					rlock_conn_drop(conn, msg);
+					conn_close(conn, msg, true);
 
 					/*
 					 * A server that does not answer commands is not to be
@@ -1204,34 +1015,39 @@ rlock_conn_tick_one(RlockConn *conn, TimestampTz now)
 					 * once it answers again.
 					 */
 					if (!conn->subscriber)
-						rlock_conn_close(&srv->sub,
-										 "the command connection stopped getting answers",
-										 false);
+						conn_close(conns[1],
+								   "the command connection stopped getting answers",
+								   false);
 				}
 			}
 			else if (keepalive && !conn->subscriber &&
-					 now >= rlock_conn_keepalive_at(conn))
-				rlock_conn_ping(conn);
+					 now >= conn_keepalive_at(conn))
+				rlock_handshake_ping(conn);
 			break;
 	}
 }
 
 void
-rlock_conn_tick(TimestampTz now)
+rlock_redis_tick(TimestampTz now)
 {
-	rlock_conn_tick_one(&rlock_server->cmd, now);
-	rlock_conn_tick_one(&rlock_server->sub, now);
+	int			i;
+
+	for (i = 0; i < NCONNS; i++)
+		conn_tick(conns[i], now);
 }
 
 static TimestampTz
-rlock_conn_next_tick_one(RlockConn *conn)
+conn_next_tick(RlockConn *conn)
 {
+	if (conn->failed || conn->read_more)
+		return 0;
 	switch (conn->state)
 	{
 		case RLOCK_CONN_DOWN:
 			return conn->retry_at;
 		case RLOCK_CONN_RESOLVING:
 		case RLOCK_CONN_CONNECTING:
+		case RLOCK_CONN_SECURING:
 		case RLOCK_CONN_HANDSHAKE:
 			return conn->deadline;
 		case RLOCK_CONN_READY:
@@ -1239,22 +1055,24 @@ rlock_conn_next_tick_one(RlockConn *conn)
 				return TimestampTzPlusMilliseconds(dlist_head_element(RlockCmd, node, &conn->inflight)->sent_at,
 												   rlock_command_timeout);
 			if (keepalive && !conn->subscriber)
-				return rlock_conn_keepalive_at(conn);
+				return conn_keepalive_at(conn);
 			break;
 	}
 	return DT_NOEND;
 }
 
 /*
- * When rlock_conn_tick() next has something to do.
+ * When rlock_redis_tick() next has something to do (0: at once).
  */
 TimestampTz
-rlock_conn_next_tick(void)
+rlock_redis_next_tick(void)
 {
-	if (rlock_server->cmd.failed || rlock_server->sub.failed)
-		return 0;
-	return Min(rlock_conn_next_tick_one(&rlock_server->cmd),
-			   rlock_conn_next_tick_one(&rlock_server->sub));
+	TimestampTz next = DT_NOEND;
+	int			i;
+
+	for (i = 0; i < NCONNS; i++)
+		next = Min(next, conn_next_tick(conns[i]));
+	return next;
 }
 
 /*
@@ -1262,89 +1080,128 @@ rlock_conn_next_tick(void)
  * for everything queued since the last wake-up.
  */
 void
-rlock_conn_flush(void)
+rlock_redis_flush(void)
 {
-	RlockConn  *conns[2] = {&rlock_server->cmd, &rlock_server->sub};
 	int			i;
 
-	for (i = 0; i < 2; i++)
+	for (i = 0; i < NCONNS; i++)
 	{
 		RlockConn  *conn = conns[i];
 
-		if (conn->ac != NULL && conn->state >= RLOCK_CONN_HANDSHAKE &&
-			(conn->want & WL_SOCKET_WRITEABLE))
-			redisAsyncHandleWrite(conn->ac);
+		if (!conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
+			conn->out_pos < conn->out.len)
+		{
+			conn_write(conn);
+			conn_compact(conn);
+		}
+	}
+}
+
+/*
+ * The socket events a connection waits for now.
+ */
+static uint32
+conn_events(RlockConn *conn)
+{
+	switch (conn->state)
+	{
+		case RLOCK_CONN_CONNECTING:
+			return WL_SOCKET_WRITEABLE;
+		case RLOCK_CONN_SECURING:
+			return conn->io_want ? conn->io_want : WL_SOCKET_READABLE;
+		case RLOCK_CONN_HANDSHAKE:
+		case RLOCK_CONN_READY:
+			/* a TLS read or write may wait for the other direction */
+			return WL_SOCKET_READABLE | conn->io_want |
+				(conn->out_pos < conn->out.len ? WL_SOCKET_WRITEABLE : 0);
+		default:
+			return 0;
 	}
 }
 
 static void
-rlock_wait_set_build(void)
+wait_set_build(void)
 {
-	RlockConn  *conns[2] = {&rlock_server->cmd, &rlock_server->sub};
 	int			i;
 
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, 4);
+	wait_set = CreateWaitEventSet(rlock_redis_context, 2 + NCONNS);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
 					  NULL, NULL);
-	for (i = 0; i < 2; i++)
+	for (i = 0; i < NCONNS; i++)
 	{
 		RlockConn  *conn = conns[i];
 
 		conn->pos = -1;
-		if (conn->ac == NULL)
+		if (conn->sock == PGINVALID_SOCKET)
 			continue;
-		conn->registered = conn->want ? conn->want : WL_SOCKET_READABLE;
+		conn->registered = conn_events(conn);
+		if (conn->registered == 0)
+			conn->registered = WL_SOCKET_READABLE;
 		conn->pos = AddWaitEventToSet(wait_set, conn->registered,
-									  conn->ac->c.fd, NULL, conn);
+									  conn->sock, NULL, conn);
 	}
 	wait_set_stale = false;
 }
 
 /*
  * Sleep until the latch is set, a socket is ready or timeout_ms passes
- * (-1: no timeout), then let hiredis read and write what is ready.
+ * (-1: no timeout), then move the connections whose sockets are ready.
  */
 void
-rlock_conn_wait(long timeout_ms)
+rlock_redis_wait(long timeout_ms)
 {
-	RlockConn  *conns[2] = {&rlock_server->cmd, &rlock_server->sub};
-	WaitEvent	events[4];
+	WaitEvent	events_out[2 + NCONNS];
 	int			nevents;
 	int			i;
 
+	for (i = 0; i < NCONNS; i++)
+	{
+		if (conns[i]->read_more ||
+			(conns[i]->transport != NULL && conns[i]->tls != NULL &&
+			 conns[i]->transport->pending(conns[i])))
+			timeout_ms = 0;
+	}
 	if (wait_set_stale)
-		rlock_wait_set_build();
-	for (i = 0; i < 2; i++)
+		wait_set_build();
+	for (i = 0; i < NCONNS; i++)
 	{
 		RlockConn  *conn = conns[i];
+		uint32		want = conn_events(conn);
 
-		if (conn->pos >= 0 && conn->want != 0 &&
-			conn->want != conn->registered)
+		if (conn->pos >= 0 && want != 0 && want != conn->registered)
 		{
-			ModifyWaitEvent(wait_set, conn->pos, conn->want, NULL);
-			conn->registered = conn->want;
+			ModifyWaitEvent(wait_set, conn->pos, want, NULL);
+			conn->registered = want;
 		}
 	}
 
-	nevents = WaitEventSetWait(wait_set, timeout_ms, events, lengthof(events),
-							   PG_WAIT_EXTENSION);
+	nevents = WaitEventSetWait(wait_set, timeout_ms, events_out,
+							   lengthof(events_out), PG_WAIT_EXTENSION);
 	for (i = 0; i < nevents; i++)
 	{
-		RlockConn  *conn = (RlockConn *) events[i].user_data;
+		RlockConn  *conn = (RlockConn *) events_out[i].user_data;
 
-		if (events[i].events & WL_LATCH_SET)
+		if (events_out[i].events & WL_LATCH_SET)
 		{
 			ResetLatch(MyLatch);
 			continue;
 		}
-		if (conn == NULL || conn->ac == NULL || conn->pos != events[i].pos)
+		if (conn == NULL || conn->pos != events_out[i].pos || conn->failed)
 			continue;
-		if (events[i].events & WL_SOCKET_READABLE)
-			redisAsyncHandleRead(conn->ac);
-		if (conn->ac != NULL && (events[i].events & WL_SOCKET_WRITEABLE))
-			redisAsyncHandleWrite(conn->ac);
+		conn_io(conn);
+	}
+
+	/* bytes left from the last wake-up, in the reader's way or in TLS */
+	for (i = 0; i < NCONNS; i++)
+	{
+		RlockConn  *conn = conns[i];
+
+		if (!conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
+			(conn->read_more ||
+			 (conn->tls != NULL && conn->transport->pending(conn))))
+			conn_io(conn);
 	}
 }

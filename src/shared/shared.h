@@ -52,6 +52,8 @@ typedef enum RlockKind
 	RLOCK_KIND_PLAIN			/* Redisson RLock: reentrant exclusive lock */
 } RlockKind;
 
+#define RLOCK_NKINDS	(RLOCK_KIND_PLAIN + 1)
+
 /* Outcome of a request, written by the worker */
 typedef enum RlockStatus
 {
@@ -88,7 +90,6 @@ typedef struct RlockSlot
 
 	/* the request: written by the backend before it becomes PENDING */
 	RlockOp		op;
-	RlockKind	kind;
 	uint64		owner_id;		/* the requesting session's owner number */
 	int			hold;			/* hold entry, or -1 */
 	uint32		hold_generation;	/* of that entry, as the backend knows it */
@@ -230,6 +231,7 @@ typedef enum RlockConnState
 	RLOCK_CONN_DOWN,			/* no connection; next attempt at retry_at */
 	RLOCK_CONN_RESOLVING,		/* waiting for the host name to resolve */
 	RLOCK_CONN_CONNECTING,		/* connect(2) in progress */
+	RLOCK_CONN_SECURING,		/* the TLS handshake */
 	RLOCK_CONN_HANDSHAKE,		/* AUTH, SELECT and script loading */
 	RLOCK_CONN_READY
 } RlockConnState;

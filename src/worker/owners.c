@@ -54,12 +54,12 @@ rlock_owners_init(void)
 
 	ctl.keysize = sizeof(uint64);
 	ctl.entrysize = sizeof(OwnerList);
-	ctl.hcxt = TopMemoryContext;
+	ctl.hcxt = rlock_worker_context;
 	owners = hash_create("rlock owners", 64, &ctl,
 						 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	listed_owner = MemoryContextAllocZero(TopMemoryContext,
+	listed_owner = MemoryContextAllocZero(rlock_worker_context,
 										  sizeof(uint64) * nholds);
-	listing = MemoryContextAllocZero(TopMemoryContext,
+	listing = MemoryContextAllocZero(rlock_worker_context,
 									 sizeof(uint32) * nholds);
 }
 
@@ -89,9 +89,9 @@ rlock_owners_note(int index)
 	{
 		list->n = 0;
 		list->size = 8;
-		list->holds = MemoryContextAlloc(TopMemoryContext,
+		list->holds = MemoryContextAlloc(rlock_worker_context,
 										 sizeof(int) * list->size);
-		list->listings = MemoryContextAlloc(TopMemoryContext,
+		list->listings = MemoryContextAlloc(rlock_worker_context,
 											sizeof(uint32) * list->size);
 	}
 	else if (list->n == list->size)

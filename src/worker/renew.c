@@ -25,8 +25,6 @@
  */
 #include "postgres.h"
 
-#include <hiredis/hiredis.h>
-
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -47,7 +45,7 @@ renew_period_ms(void)
 TimestampTz
 rlock_renew_next(void)
 {
-	if (next_renewal == 0 || rlock_cmd_conn()->state != RLOCK_CONN_READY)
+	if (next_renewal == 0 || !rlock_conn_ready(rlock_redis_command_conn()))
 		return DT_NOEND;
 	return next_renewal;
 }
@@ -62,60 +60,45 @@ rlock_renew_soon(void)
 }
 
 /*
- * Send one batch of entries (index and generation pairs) to a script:
- * EVALSHA sha n key... arg_ms owner...  The command carries the pairs, the
- * slot and request it answers, if any, and the caller's tag.  The worker alone frees entries
- * whose count is above zero, so the keys stay put while they are copied.
+ * Send one batch of entries (index and generation pairs) to the renew or
+ * verify command of their kind.  The command carries the pairs, the slot
+ * and request it answers, if any, and the caller's tag.  The worker alone
+ * frees entries whose count is above zero, so the keys stay put while
+ * they are copied.
  */
 bool
-rlock_batch_send(RlockCmdType type, RlockScript script, int64 arg_ms,
-				 const int *pairs, int n, int slot, uint64 seq, int32 tag)
+rlock_batch_send(WorkerCmdType type, int64 arg_ms, const int *pairs, int n,
+				 int slot, uint64 seq, int32 tag)
 {
-	RlockCmd   *cmd = rlock_cmd_new(type);
-	const char **argv;
-	size_t	   *lens;
-	char	   *owners;
-	char		arg[24];
-	char		nkeys[16];
-	bool		sent;
+	WorkerCmd  *wc = worker_cmd_new(type);
+	RlockArgs  *args = worker_args();
+	RlockKindHold *holds = palloc(sizeof(RlockKindHold) * n);
+	RlockKind	kind = rlock_hold(pairs[0])->kind;
 	int			i;
 
-	argv = palloc(sizeof(char *) * (2 * n + 4));
-	lens = palloc(sizeof(size_t) * (2 * n + 4));
-	owners = palloc(RLOCK_OWNER_MAXLEN * n);
-
-	argv[0] = "EVALSHA";
-	lens[0] = 7;
-	argv[1] = rlock_script_sha(script);
-	lens[1] = 40;
-	argv[2] = nkeys;
-	lens[2] = snprintf(nkeys, sizeof(nkeys), "%d", n);
-	argv[3 + n] = arg;
-	lens[3 + n] = snprintf(arg, sizeof(arg), INT64_FORMAT, arg_ms);
 	for (i = 0; i < n; i++)
 	{
 		RlockHold  *h = rlock_hold(pairs[2 * i]);
-		char	   *owner = owners + i * RLOCK_OWNER_MAXLEN;
 
-		argv[3 + i] = h->key;
-		lens[3 + i] = h->keylen;
-		argv[4 + n + i] = owner;
-		lens[4 + n + i] = rlock_owner_name(owner, h->owner_id);
+		Assert(h->kind == kind);
+		holds[i].key = h->key;
+		holds[i].keylen = h->keylen;
+		holds[i].owner_id = h->owner_id;
 	}
+	rlock_kinds[kind]->batch(args, &wc->cmd,
+							 type == WORKER_CMD_RENEW ? RLOCK_BATCH_RENEW :
+							 RLOCK_BATCH_VERIFY,
+							 arg_ms, holds, n);
+	pfree(holds);
 
-	cmd->slot = slot;
-	cmd->seq = seq;
-	cmd->target = tag;
-	cmd->lease_ms = arg_ms;
-	cmd->nholds = n;
-	cmd->holds = MemoryContextAlloc(TopMemoryContext, sizeof(int) * 2 * n);
-	memcpy(cmd->holds, pairs, sizeof(int) * 2 * n);
-	sent = rlock_conn_send(rlock_cmd_conn(), cmd, 2 * n + 4, argv, lens);
-
-	pfree(argv);
-	pfree(lens);
-	pfree(owners);
-	return sent;
+	wc->slot = slot;
+	wc->seq = seq;
+	wc->target = tag;
+	wc->lease_ms = arg_ms;
+	wc->nholds = n;
+	wc->holds = MemoryContextAlloc(rlock_worker_context, sizeof(int) * 2 * n);
+	memcpy(wc->holds, pairs, sizeof(int) * 2 * n);
+	return worker_cmd_send(rlock_redis_command_conn(), wc, args);
 }
 
 /*
@@ -136,35 +119,47 @@ rlock_hold_mark_lost(RlockHold *h)
  * entries: those for which the script answered 0 (the owner's field was
  * gone) are marked lost, the others have their lease end moved to the
  * lease the batch set (or, with extend_only, to at least the margin it
- * ensured).  Returns how many were lost, or -1 if the reply is not one
- * number per key; *extended (if not NULL) is set to the number of entries
- * whose lease the reply moved.
+ * ensured).  Returns how many were lost, or -1 if the reply is lost, an
+ * error, or not one 0 or 1 per key (which fails the connection);
+ * *extended (if not NULL) is set to the number of entries whose lease the
+ * reply moved.
  */
 int
-rlock_batch_apply(RlockCmd *cmd, void *r, bool extend_only, int *extended)
+rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
+				  bool extend_only, int *extended)
 {
-	redisReply *reply = (redisReply *) r;
-	TimestampTz expires = TimestampTzPlusMilliseconds(cmd->sent_at,
-													  cmd->lease_ms);
+	const RlockKindMethod *kind;
+	TimestampTz expires = TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+													  wc->lease_ms);
 	int			lost = 0;
 	int			newly_lost = 0;
 	int			moved = 0;
 	int			i;
 
-	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
-		reply->elements != (size_t) cmd->nholds)
+	if (extended)
+		*extended = 0;
+	if (reply == NULL || reply->type == RLOCK_REPLY_ERROR)
 		return -1;
-
-	for (i = 0; i < cmd->nholds; i++)
+	kind = rlock_kinds[rlock_hold(wc->holds[0])->kind];
+	for (i = 0; i < wc->nholds; i++)
 	{
-		RlockHold  *h = rlock_hold(cmd->holds[2 * i]);
 		bool		held;
 
-		if (reply->element[i]->type != REDIS_REPLY_INTEGER)
-			continue;
-		held = (reply->element[i]->integer != 0);
+		if (!kind->batch_result(reply, i, &held))
+		{
+			rlock_conn_fail(conn, "a batch answered with an unknown status");
+			return -1;
+		}
+	}
+
+	for (i = 0; i < wc->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(wc->holds[2 * i]);
+		bool		held;
+
+		(void) kind->batch_result(reply, i, &held);
 		SpinLockAcquire(&h->mutex);
-		if (h->in_use && h->generation == (uint32) cmd->holds[2 * i + 1])
+		if (h->in_use && h->generation == (uint32) wc->holds[2 * i + 1])
 		{
 			if (!held)
 			{
@@ -191,8 +186,8 @@ rlock_batch_apply(RlockCmd *cmd, void *r, bool extend_only, int *extended)
 static void
 renew_send(int *batch, int n)
 {
-	if (rlock_batch_send(RLOCK_CMD_RENEW, RLOCK_SCRIPT_RENEW,
-						 rlock_watchdog_timeout, batch, n, -1, 0, 0))
+	if (rlock_batch_send(WORKER_CMD_RENEW, rlock_watchdog_timeout, batch, n,
+						 -1, 0, 0))
 		rlock_count(RLOCK_STAT_RENEWAL_CALLS, 1);
 }
 
@@ -203,37 +198,43 @@ void
 rlock_renew_tick(TimestampTz now)
 {
 	int			batch[2 * RLOCK_BATCH];
-	int			n = 0;
+	int			kind;
+	int			n;
 	int			i;
 
 	if (next_renewal == 0)
 		next_renewal = TimestampTzPlusMilliseconds(now, renew_period_ms());
-	if (now < next_renewal || rlock_cmd_conn()->state != RLOCK_CONN_READY)
+	if (now < next_renewal || !rlock_conn_ready(rlock_redis_command_conn()))
 		return;
 	next_renewal = TimestampTzPlusMilliseconds(now, renew_period_ms());
 
-	for (i = 0; i < rlock_shared->nholds; i++)
+	/* a batch is one command of one kind */
+	for (kind = 0; kind < RLOCK_NKINDS; kind++)
 	{
-		RlockHold  *h = rlock_hold(i);
-		bool		renew;
-
-		SpinLockAcquire(&h->mutex);
-		renew = h->in_use && h->renew && !h->lost &&
-			h->count - h->to_release > 0;
-		batch[2 * n] = i;
-		batch[2 * n + 1] = (int) h->generation;
-		SpinLockRelease(&h->mutex);
-
-		if (!renew)
-			continue;
-		if (++n == RLOCK_BATCH)
+		n = 0;
+		for (i = 0; i < rlock_shared->nholds; i++)
 		{
-			renew_send(batch, n);
-			n = 0;
+			RlockHold  *h = rlock_hold(i);
+			bool		renew;
+
+			SpinLockAcquire(&h->mutex);
+			renew = h->in_use && h->kind == kind && h->renew && !h->lost &&
+				h->count - h->to_release > 0;
+			batch[2 * n] = i;
+			batch[2 * n + 1] = (int) h->generation;
+			SpinLockRelease(&h->mutex);
+
+			if (!renew)
+				continue;
+			if (++n == RLOCK_BATCH)
+			{
+				renew_send(batch, n);
+				n = 0;
+			}
 		}
+		if (n > 0)
+			renew_send(batch, n);
 	}
-	if (n > 0)
-		renew_send(batch, n);
 }
 
 /*
@@ -241,27 +242,26 @@ rlock_renew_tick(TimestampTz now)
  * hold: the lock was lost.
  */
 void
-rlock_renew_reply(RlockCmd *cmd, void *r)
+rlock_renew_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
-	redisReply *reply = (redisReply *) r;
 	int			renewed;
 
-	if (reply != NULL && reply->type == REDIS_REPLY_ERROR)
+	if (reply != NULL && reply->type == RLOCK_REPLY_ERROR)
 	{
 		/* no lock may expire for a script Redis forgot: reload, renew now */
-		if (rlock_script_missing(reply->str))
+		if (rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT)
 		{
-			rlock_scripts_load(rlock_cmd_conn());
-			rlock_renew_soon();
+			if (rlock_scripts_reload(conn, &wc->cmd))
+				rlock_renew_soon();
 		}
 		else
 			ereport(WARNING,
 					(errmsg("Redis refused to renew the leases of %d locks",
-							cmd->nholds),
+							wc->nholds),
 					 errdetail_internal("%s", reply->str)));
 		return;
 	}
 	/* anything else unexpected: the next period tries again */
-	if (rlock_batch_apply(cmd, reply, false, &renewed) >= 0)
+	if (rlock_batch_apply(conn, wc, reply, false, &renewed) >= 0)
 		rlock_count(RLOCK_STAT_RENEWALS, renewed);
 }

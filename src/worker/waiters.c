@@ -18,7 +18,7 @@
  *
  * Subscription states move SUBSCRIBING -> SUBSCRIBED -> UNSUBSCRIBING and
  * back.  A waiter arriving while an UNSUBSCRIBE is unanswered simply
- * subscribes again (hiredis counts pending subscriptions per channel).
+ * subscribes again.
  * Each command sent for a group is numbered, and only the confirmation of
  * the latest one changes the group's state: the confirmation of an older
  * SUBSCRIBE must not mark a channel subscribed that a later UNSUBSCRIBE
@@ -44,8 +44,6 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
-
-#include <hiredis/hiredis.h>
 
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -110,7 +108,7 @@ waiters_set_state(WaitGroup *g, SubState state)
 	if (state == SUB_SUBSCRIBED)
 		nsubscribed++;
 	g->state = state;
-	rlock_status_touch();
+	rlock_redis_status_touch();
 }
 
 int
@@ -128,13 +126,13 @@ rlock_waiters_init(int nslots)
 	ctl.entrysize = sizeof(WaitGroup);
 	ctl.hash = rlock_keyref_hash;
 	ctl.match = rlock_keyref_match;
-	ctl.hcxt = TopMemoryContext;
+	ctl.hcxt = rlock_worker_context;
 	groups = hash_create("rlock wait groups", 64, &ctl,
 						 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
 						 HASH_CONTEXT);
-	waiters = MemoryContextAllocZero(TopMemoryContext,
+	waiters = MemoryContextAllocZero(rlock_worker_context,
 									 sizeof(Waiter) * nslots);
-	channel_buf = MemoryContextAlloc(TopMemoryContext,
+	channel_buf = MemoryContextAlloc(rlock_worker_context,
 									 RLOCK_CHANNEL_MAXLEN(rlock_max_key_length));
 }
 
@@ -165,21 +163,24 @@ waiters_delete_group(WaitGroup *g)
 static bool
 waiters_send(WaitGroup *g, bool subscribe)
 {
-	RlockConn  *conn = rlock_sub_conn();
-	RlockCmd   *cmd;
-	const char *argv[2];
-	size_t		lens[2];
+	RlockConn  *conn = rlock_redis_subscriber_conn();
+	RlockArgs  *args;
+	WorkerCmd  *wc;
 
-	if (conn->state != RLOCK_CONN_READY)
+	if (!rlock_conn_ready(conn))
 		return false;
-	argv[0] = subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
-	lens[0] = strlen(argv[0]);
-	argv[1] = g->channel.data;
-	lens[1] = g->channel.len;
-	cmd = rlock_cmd_new(subscribe ? RLOCK_CMD_SUBSCRIBE :
-						RLOCK_CMD_UNSUBSCRIBE);
-	cmd->seq = ++g->sent;
-	return rlock_conn_send(conn, cmd, 2, argv, lens);
+	args = worker_args();
+	rlock_args_cstr(args, subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE");
+	rlock_args_add(args, g->channel.data, g->channel.len);
+	wc = worker_cmd_new(subscribe ? WORKER_CMD_SUBSCRIBE :
+						WORKER_CMD_UNSUBSCRIBE);
+	wc->cmd.shape = subscribe ? RLOCK_SHAPE_SUBSCRIBE : RLOCK_SHAPE_UNSUBSCRIBE;
+	wc->seq = g->sent + 1;
+	wc->group = g;
+	if (!worker_cmd_send(conn, wc, args))
+		return false;
+	g->sent++;
+	return true;
 }
 
 static void
@@ -211,7 +212,7 @@ waiters_wake(WaitGroup *g, bool all, const char *key, int keylen)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
-		if (rlock_worker_retry(w - waiters, key, keylen))
+		if (worker_retry(w - waiters, key, keylen))
 		{
 			woke = true;
 			if (!all)
@@ -247,7 +248,7 @@ rlock_waiters_line(const char *key, int keylen)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
-		if (rlock_worker_waiting(w - waiters, key, keylen))
+		if (worker_waiting(w - waiters, key, keylen))
 			return g->busy_until[WAITERS_VARIANT(key, keylen)];
 	}
 	return 0;
@@ -290,7 +291,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 	g = (WaitGroup *) hash_search(groups, &k, HASH_ENTER, &found);
 	if (!found)
 	{
-		char	   *copy = MemoryContextAlloc(TopMemoryContext, len + 1);
+		char	   *copy = MemoryContextAlloc(rlock_worker_context, len + 1);
 
 		memcpy(copy, channel_buf, len + 1);
 		g->channel.data = copy;
@@ -403,28 +404,38 @@ rlock_waiters_echo_cancel(const char *key, int keylen)
 }
 
 /*
- * A subscribe or unsubscribe confirmation: ["subscribe", channel, count].
+ * A subscribe or unsubscribe confirmation: [kind, channel, count] (the
+ * connection checked the shape).  It must name the channel of the group
+ * it was sent for, which lives at least as long as the connection has a
+ * command for it in flight.  An error (an ACL refusing SUBSCRIBE, say)
+ * leaves the group as it is: its waiters keep their TTL-bounded timers.
  */
 void
-rlock_waiters_reply(RlockCmd *cmd, void *r)
+rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
-	redisReply *reply = (redisReply *) r;
 	WaitGroup  *g;
+	const RlockReply *channel;
 
-	if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
-		reply->elements < 2 ||
-		reply->element[1]->type != REDIS_REPLY_STRING)
+	if (reply == NULL || reply->type == RLOCK_REPLY_ERROR)
 		return;
-	g = waiters_find(reply->element[1]->str, reply->element[1]->len);
-	if (g == NULL || cmd->seq != g->sent)
+	g = (WaitGroup *) wc->group;
+	channel = reply->element[1];
+	if (channel->type != RLOCK_REPLY_STRING ||
+		channel->len != g->channel.len ||
+		memcmp(channel->str, g->channel.data, channel->len) != 0)
+	{
+		rlock_conn_fail(conn, "a confirmation for another channel");
+		return;
+	}
+	if (wc->seq != g->sent)
 		return;					/* overtaken by a later command */
 
-	if (cmd->type == RLOCK_CMD_SUBSCRIBE && g->state == SUB_SUBSCRIBING)
+	if (wc->type == WORKER_CMD_SUBSCRIBE && g->state == SUB_SUBSCRIBING)
 	{
 		waiters_set_state(g, SUB_SUBSCRIBED);
 		waiters_wake(g, true, NULL, 0);
 	}
-	else if (cmd->type == RLOCK_CMD_UNSUBSCRIBE &&
+	else if (wc->type == WORKER_CMD_UNSUBSCRIBE &&
 			 g->state == SUB_UNSUBSCRIBING && g->nwaiters == 0)
 		waiters_delete_group(g);
 }

@@ -66,7 +66,7 @@ my $log = slurp_file($node->logfile);
 my $losses = () = $log =~ /rlock lost its command connection to Redis/g;
 is($losses, 1, 'the outage was logged once, not per request');
 like($log,
-	qr/rlock lost its command connection to Redis at 127\.0\.0\.1:\d+: Server closed the connection/,
+	qr/rlock lost its command connection to Redis at 127\.0\.0\.1:\d+: server closed the connection/,
 	'with the address and the reason');
 like($log, qr/rlock command connection to Redis at 127\.0\.0\.1:\d+ is ready/,
 	'and so was the recovery');

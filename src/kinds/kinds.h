@@ -1,0 +1,93 @@
+/*-------------------------------------------------------------------------
+ *
+ * kinds.h
+ *		Lock kinds as a table, in the spirit of PostgreSQL's LockMethods[]:
+ *		each kind says how its holds are taken, given back, renewed and
+ *		checked in Redis, and what Redis's answers mean.
+ *
+ * The worker's request path is the same for every kind; only the
+ * commands differ.  A kind keeps together its Lua scripts (.lua files,
+ * embedded at build time), the commands built from them, the parsing of
+ * their replies (worker side) and its SQL functions (backend side, in
+ * its folder's sql.c).  Every command a kind builds is idempotent: it
+ * names the hold count to leave, never a step (kinds/README.md).
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/kinds/kinds.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef RLOCK_KINDS_H
+#define RLOCK_KINDS_H
+
+#include "redis/redis.h"
+
+/* One owner's holds on one key, as the commands name them */
+typedef struct RlockKindHold
+{
+	const char *key;
+	int			keylen;
+	uint64		owner_id;
+} RlockKindHold;
+
+/* What an acquire's reply says */
+typedef struct RlockAcquired
+{
+	bool		granted;		/* the owner now holds the count asked for */
+	bool		lost;			/* the owner's earlier holds were gone */
+	int64		value;			/* granted: the fencing token (0: none);
+								 * else the lease left in ms (-1: none,
+								 * -2: the key is gone) */
+} RlockAcquired;
+
+/* What a release's reply says */
+typedef enum RlockReleased
+{
+	RLOCK_RELEASED_NOT_HELD,	/* the owner had no hold left */
+	RLOCK_RELEASED_KEPT,		/* holds remain, their lease reset */
+	RLOCK_RELEASED_FREED,		/* the lock is free, waiters were told */
+	RLOCK_RELEASED_INVALID		/* the reply means nothing */
+} RlockReleased;
+
+/* The batches: the same holds, renewed or checked */
+typedef enum RlockBatchKind
+{
+	RLOCK_BATCH_RENEW,			/* reset the lease of those still held */
+	RLOCK_BATCH_VERIFY			/* are they held; extend short leases */
+} RlockBatchKind;
+
+typedef struct RlockKindMethod
+{
+	const char *name;
+
+	/* worker start: register the scripts */
+	void		(*init) (void);
+
+	/* leave "target" holds of the owner, with a lease; count a token */
+	void		(*acquire) (RlockArgs *args, RlockCmd *cmd,
+							const RlockKindHold *hold, int32 target,
+							int64 lease_ms, bool want_token);
+	bool		(*acquire_result) (const RlockReply *reply,
+								   RlockAcquired *result);
+
+	/* leave "target" holds (0: free the lock), the rest with a lease */
+	void		(*release) (RlockArgs *args, RlockCmd *cmd,
+							const RlockKindHold *hold, int32 target,
+							int64 lease_ms);
+	RlockReleased (*release_result) (const RlockReply *reply);
+
+	/* renew or check n holds at once, with a lease or a margin in ms */
+	void		(*batch) (RlockArgs *args, RlockCmd *cmd, RlockBatchKind which,
+						  int64 ms, const RlockKindHold *holds, int n);
+	/* whether the reply says hold i is still there; false if it means
+	 * nothing */
+	bool		(*batch_result) (const RlockReply *reply, int i, bool *held);
+} RlockKindMethod;
+
+extern const RlockKindMethod *const rlock_kinds[RLOCK_NKINDS];
+
+extern void rlock_kinds_init(void);
+
+#endif							/* RLOCK_KINDS_H */

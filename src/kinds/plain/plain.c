@@ -1,0 +1,162 @@
+/*-------------------------------------------------------------------------
+ *
+ * plain.c
+ *		The plain kind's commands and replies: Redisson's RLock.
+ *
+ * The data is Redisson's layout: a hash at the lock key with one field per
+ * owner ("<uuid>:<n>") holding the hold count, and a PEXPIRE lease on the
+ * key.  A full release deletes the key and publishes "0" on the lock's
+ * channel, which wakes Redisson waiters and ours alike.  The scripts are
+ * the .lua files of this folder; unlike Redisson's, they take the hold
+ * count to leave rather than a step (see kinds/README.md).
+ *
+ * Replies are checked for their shape by the connection (redis.h); here
+ * only their values are, and a value no script of ours returns makes the
+ * parse fail, which the worker treats as a protocol violation.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/kinds/plain/plain.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "kinds/plain/plain.h"
+#include "kinds/plain/scripts.h"
+
+static int	script_acquire;
+static int	script_release;
+static int	script_renew;
+static int	script_verify;
+
+static void
+plain_init(void)
+{
+	script_acquire = rlock_script_register("acquire", acquire_lua);
+	script_release = rlock_script_register("release", release_lua);
+	script_renew = rlock_script_register("renew", renew_lua);
+	script_verify = rlock_script_register("verify", verify_lua);
+}
+
+/*
+ * Add a name derived from the key (its channel or token counter).
+ */
+static void
+plain_add_derived(RlockArgs *args, const RlockKindHold *hold, bool channel)
+{
+	char	   *name = palloc(RLOCK_CHANNEL_MAXLEN(hold->keylen));
+	int			len;
+
+	len = channel ? rlock_channel_name(name, hold->key, hold->keylen) :
+		rlock_token_name(name, hold->key, hold->keylen);
+	rlock_args_add(args, name, len);
+	pfree(name);
+}
+
+static void
+plain_add_owner(RlockArgs *args, uint64 owner_id)
+{
+	char		owner[RLOCK_OWNER_MAXLEN];
+
+	rlock_args_add(args, owner, rlock_owner_name(owner, owner_id));
+}
+
+/*
+ * EVALSHA acquire 1|2 key [token-key] lease owner target
+ */
+static void
+plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
+			  int32 target, int64 lease_ms, bool want_token)
+{
+	rlock_args_script(args, script_acquire, want_token ? 2 : 1);
+	rlock_args_add(args, hold->key, hold->keylen);
+	if (want_token)
+		plain_add_derived(args, hold, false);
+	rlock_args_int(args, lease_ms);
+	plain_add_owner(args, hold->owner_id);
+	rlock_args_int(args, target);
+	cmd->shape = RLOCK_SHAPE_INTEGERS;
+	cmd->nelements = 2;
+}
+
+static bool
+plain_acquire_result(const RlockReply *reply, RlockAcquired *result)
+{
+	int64		status = reply->element[0]->integer;
+
+	result->value = reply->element[1]->integer;
+	result->granted = (status == 1 || status == 2);
+	result->lost = (status == 2 || status == 3);
+	return status >= 0 && status <= 3;
+}
+
+/*
+ * EVALSHA release 2 key channel owner target lease PUBLISH
+ */
+static void
+plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
+			  int32 target, int64 lease_ms)
+{
+	rlock_args_script(args, script_release, 2);
+	rlock_args_add(args, hold->key, hold->keylen);
+	plain_add_derived(args, hold, true);
+	plain_add_owner(args, hold->owner_id);
+	rlock_args_int(args, target);
+	rlock_args_int(args, lease_ms);
+	rlock_args_cstr(args, "PUBLISH");
+	cmd->shape = RLOCK_SHAPE_INTEGER_OR_NIL;
+}
+
+static RlockReleased
+plain_release_result(const RlockReply *reply)
+{
+	if (reply->type == RLOCK_REPLY_NIL)
+		return RLOCK_RELEASED_NOT_HELD;
+	if (reply->integer == 0)
+		return RLOCK_RELEASED_KEPT;
+	if (reply->integer == 1)
+		return RLOCK_RELEASED_FREED;
+	return RLOCK_RELEASED_INVALID;
+}
+
+/*
+ * EVALSHA renew|verify n key... ms owner...
+ */
+static void
+plain_batch(RlockArgs *args, RlockCmd *cmd, RlockBatchKind which, int64 ms,
+			const RlockKindHold *holds, int n)
+{
+	int			i;
+
+	rlock_args_script(args, which == RLOCK_BATCH_RENEW ? script_renew :
+					  script_verify, n);
+	for (i = 0; i < n; i++)
+		rlock_args_add(args, holds[i].key, holds[i].keylen);
+	rlock_args_int(args, ms);
+	for (i = 0; i < n; i++)
+		plain_add_owner(args, holds[i].owner_id);
+	cmd->shape = RLOCK_SHAPE_INTEGERS;
+	cmd->nelements = n;
+}
+
+static bool
+plain_batch_result(const RlockReply *reply, int i, bool *held)
+{
+	int64		value = reply->element[i]->integer;
+
+	*held = (value == 1);
+	return value == 0 || value == 1;
+}
+
+const RlockKindMethod rlock_kind_plain = {
+	"plain",
+	plain_init,
+	plain_acquire,
+	plain_acquire_result,
+	plain_release,
+	plain_release_result,
+	plain_batch,
+	plain_batch_result
+};

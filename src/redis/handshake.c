@@ -1,0 +1,475 @@
+/*-------------------------------------------------------------------------
+ *
+ * handshake.c
+ *		What a new connection says before it takes commands, and the few
+ *		commands the Redis layer sends on its own behalf.
+ *
+ * The handshake: AUTH (when a user or a password file is set), SELECT
+ * (command connection, database other than 0), CLIENT SETNAME, and on the
+ * command connection INFO server, CLIENT ID and SCRIPT LOAD of every
+ * registered script; from the INFO reply, the fence against the previous
+ * command connection (CLIENT KILL ID).  They are pipelined; the
+ * connection is READY when the last of them is answered.  AUTH, SELECT
+ * and SCRIPT LOAD must work; an ACL may refuse the others, and rlock then
+ * does without what they give.
+ *
+ * Each new command connection first closes the previous one on the
+ * server side, so that a command still in the network when the worker
+ * gave up on it cannot run after the commands that restate the counts
+ * (see handshake_fence).
+ *
+ * After the handshake the layer sends ROLE (for rlock_status()), PING on
+ * an idle command connection while the worker has waiters, and SCRIPT
+ * LOAD again when a script went missing (rlock_scripts_reload).
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/redis/handshake.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "storage/fd.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "redis/redis_int.h"
+
+/* Load the scripts again at most this often on one connection */
+#define RLOCK_RELOAD_INTERVAL_MS	1000
+
+typedef enum HandshakeStep
+{
+	STEP_AUTH,
+	STEP_SELECT,
+	STEP_SETNAME,
+	STEP_INFO,					/* version and run_id of the server */
+	STEP_CLIENT_ID,				/* this connection's id, for the next fence */
+	STEP_FENCE,					/* CLIENT KILL ID of the previous one */
+	STEP_SCRIPT_LOAD,
+	STEP_ROLE,
+	STEP_PING
+} HandshakeStep;
+
+typedef struct HandshakeCmd
+{
+	RlockCmd	cmd;
+	HandshakeStep step;
+	int			script;			/* STEP_SCRIPT_LOAD */
+	bool		counted;		/* READY waits for its reply */
+} HandshakeCmd;
+
+static MemoryContext handshake_cxt = NULL;
+static RlockArgs *handshake_args = NULL;
+
+static void handshake_reply(RlockConn *conn, RlockCmd *cmd,
+							const RlockReply *reply);
+
+/*
+ * Queue one of our own commands, built in handshake_args.  Steps sent
+ * during the handshake are counted: the connection is READY when the
+ * last of them is answered.
+ */
+static void
+handshake_send(RlockConn *conn, HandshakeStep step, RlockShape shape,
+			   int script)
+{
+	HandshakeCmd *hc;
+
+	if (handshake_cxt == NULL)
+		handshake_cxt = SlabContextCreate(rlock_redis_context,
+										  "rlock handshake commands",
+										  SLAB_DEFAULT_BLOCK_SIZE,
+										  sizeof(HandshakeCmd));
+	hc = MemoryContextAllocZero(handshake_cxt, sizeof(HandshakeCmd));
+	hc->cmd.done = handshake_reply;
+	hc->cmd.shape = shape;
+	hc->step = step;
+	hc->script = script;
+	hc->counted = (conn->state == RLOCK_CONN_HANDSHAKE);
+	if (!rlock_conn_send(conn, &hc->cmd, handshake_args))
+	{
+		pfree(hc);
+		return;
+	}
+	if (hc->counted)
+		conn->handshake++;
+}
+
+/*
+ * Start building a command of our own.
+ */
+static RlockArgs *
+handshake_args_reset(void)
+{
+	if (handshake_args == NULL)
+		handshake_args = rlock_args_create(rlock_redis_context);
+	rlock_args_reset(handshake_args);
+	return handshake_args;
+}
+
+/*
+ * Queue SCRIPT LOAD of every registered script.
+ */
+static void
+handshake_load_scripts(RlockConn *conn)
+{
+	int			i;
+
+	conn->scripts_loaded_at = GetCurrentTimestamp();
+	for (i = 0; i < rlock_scripts_count(); i++)
+	{
+		RlockArgs  *args = handshake_args_reset();
+
+		rlock_args_cstr(args, "SCRIPT");
+		rlock_args_cstr(args, "LOAD");
+		rlock_args_cstr(args, rlock_script_text(i));
+		handshake_send(conn, STEP_SCRIPT_LOAD, RLOCK_SHAPE_STRING, i);
+	}
+	conn->scripts_seq = conn->sends;
+}
+
+/*
+ * Redis answered "cmd" with NOSCRIPT: may its sender send it again at
+ * once?  Yes if the scripts were loaded on this connection after "cmd"
+ * went out (a resend follows the loads), or if they are loaded now.  No,
+ * and the sender retries later or gives up, if the connection is not
+ * ready or the scripts were loaded less than a second ago, before "cmd":
+ * a server that keeps forgetting them must not make this a loop.
+ */
+bool
+rlock_scripts_reload(RlockConn *conn, const RlockCmd *cmd)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!rlock_conn_ready(conn))
+		return false;
+	if (conn->scripts_seq > cmd->send_seq)
+		return true;
+	if (conn->scripts_loaded_at != 0 &&
+		now < TimestampTzPlusMilliseconds(conn->scripts_loaded_at,
+										  RLOCK_RELOAD_INTERVAL_MS))
+		return false;
+	handshake_load_scripts(conn);
+	return true;
+}
+
+/*
+ * Read the password file: its first line.  False, with the reason in
+ * conn->error, if it cannot be read.
+ */
+static bool
+handshake_read_password(RlockConn *conn, char *password, size_t size)
+{
+	RlockServer *srv = conn->server;
+	FILE	   *f = AllocateFile(srv->password_file, "r");
+
+	if (f == NULL || fgets(password, size, f) == NULL)
+	{
+		if (f == NULL)
+			rlock_conn_set_error(conn, "could not read password file \"%s\": %m",
+								 srv->password_file);
+		else
+			rlock_conn_set_error(conn,
+								 "could not read password file \"%s\": file is empty",
+								 srv->password_file);
+		if (f != NULL)
+			FreeFile(f);
+		return false;
+	}
+	FreeFile(f);
+	password[strcspn(password, "\r\n")] = '\0';
+	return true;
+}
+
+/*
+ * The connection is open (and encrypted, with TLS): queue the handshake.
+ */
+void
+rlock_handshake_begin(RlockConn *conn)
+{
+	RlockServer *srv = conn->server;
+	RlockArgs  *args;
+	char		password[1024];
+	bool		have_password = false;
+
+	if (srv->password_file[0] != '\0')
+	{
+		if (!handshake_read_password(conn, password, sizeof(password)))
+		{
+			rlock_conn_give_up(conn, NULL);
+			return;
+		}
+		have_password = true;
+	}
+
+	if (srv->username[0] != '\0' || have_password)
+	{
+		args = handshake_args_reset();
+		rlock_args_cstr(args, "AUTH");
+		if (srv->username[0] != '\0')
+			rlock_args_cstr(args, srv->username);
+		rlock_args_cstr(args, have_password ? password : "");
+		handshake_send(conn, STEP_AUTH, RLOCK_SHAPE_OK, 0);
+		explicit_bzero(password, sizeof(password));
+		/* the builder keeps a copy of the password: wipe it too */
+		explicit_bzero(args->buf.data, args->buf.len);
+	}
+
+	if (!conn->subscriber && srv->database != 0)
+	{
+		args = handshake_args_reset();
+		rlock_args_cstr(args, "SELECT");
+		rlock_args_int(args, srv->database);
+		handshake_send(conn, STEP_SELECT, RLOCK_SHAPE_OK, 0);
+	}
+
+	args = handshake_args_reset();
+	rlock_args_cstr(args, "CLIENT");
+	rlock_args_cstr(args, "SETNAME");
+	rlock_args_cstr(args, conn->subscriber ? "rlock_subscriber" :
+					"rlock_command");
+	handshake_send(conn, STEP_SETNAME, RLOCK_SHAPE_OK, 0);
+
+	if (!conn->subscriber)
+	{
+		conn->run_id[0] = '\0';
+		rlock_redis_status_server("", NULL);
+		args = handshake_args_reset();
+		rlock_args_cstr(args, "INFO");
+		rlock_args_cstr(args, "server");
+		handshake_send(conn, STEP_INFO, RLOCK_SHAPE_STRING, 0);
+		args = handshake_args_reset();
+		rlock_args_cstr(args, "CLIENT");
+		rlock_args_cstr(args, "ID");
+		handshake_send(conn, STEP_CLIENT_ID, RLOCK_SHAPE_INTEGER, 0);
+		handshake_load_scripts(conn);
+	}
+}
+
+/*
+ * Ask the server for its role, for rlock_status() (its version came with
+ * the handshake).  An ACL may refuse it: the role is then shown as
+ * unknown.
+ */
+void
+rlock_handshake_ask_role(RlockConn *conn)
+{
+	RlockArgs  *args = handshake_args_reset();
+
+	rlock_redis_status_server(NULL, "");
+	rlock_args_cstr(args, "ROLE");
+	handshake_send(conn, STEP_ROLE, RLOCK_SHAPE_ARRAY, 0);
+}
+
+/*
+ * Check an idle command connection: a server that stopped answering is
+ * then found by the command deadline.
+ */
+void
+rlock_handshake_ping(RlockConn *conn)
+{
+	RlockArgs  *args = handshake_args_reset();
+
+	rlock_args_cstr(args, "PING");
+	handshake_send(conn, STEP_PING, RLOCK_SHAPE_PONG, 0);
+}
+
+/*
+ * Pull "name:value" out of an INFO reply into buf.  False if absent.
+ */
+static bool
+handshake_info_field(const char *info, const char *name, char *buf,
+					 size_t size)
+{
+	size_t		namelen = strlen(name);
+	const char *line = info;
+
+	while (line != NULL && *line != '\0')
+	{
+		if (strncmp(line, name, namelen) == 0 && line[namelen] == ':')
+		{
+			const char *value = line + namelen + 1;
+
+			snprintf(buf, size, "%.*s", (int) strcspn(value, "\r\n"), value);
+			return true;
+		}
+		line = strchr(line, '\n');
+		if (line != NULL)
+			line++;
+	}
+	return false;
+}
+
+/*
+ * Close the previous command connection on the server side, if Redis
+ * still has it, before anything but the handshake is sent on this one: a
+ * command of the old connection that had not reached Redis when the worker
+ * gave up on it (delayed in the network, or read by a Redis that was
+ * stalled) must not run after the commands that restate the counts, and
+ * once its connection is closed it cannot run at all.  The previous
+ * connection's id is in shared memory, so this covers a restarted worker
+ * too.
+ *
+ * A client id means something only to the server process that gave it:
+ * a restarted Redis, a promoted replica or another server after a change
+ * of settings numbers its clients afresh, and the id may belong to some
+ * other application there.  So the id is used only when this connection
+ * reached the same server process, known by its run_id.  Sent from the
+ * INFO reply, the kill still goes out before the handshake ends.
+ */
+static void
+handshake_fence(RlockConn *conn)
+{
+	RlockArgs  *args;
+	int64		previous;
+	bool		same_server;
+
+	SpinLockAcquire(&rlock_shared->mutex);
+	previous = rlock_shared->cmd_client_id;
+	same_server = (conn->run_id[0] != '\0' &&
+				   strcmp(rlock_shared->cmd_run_id, conn->run_id) == 0);
+	SpinLockRelease(&rlock_shared->mutex);
+
+	if (previous <= 0 || !same_server)
+		return;
+	args = handshake_args_reset();
+	rlock_args_cstr(args, "CLIENT");
+	rlock_args_cstr(args, "KILL");
+	rlock_args_cstr(args, "ID");
+	rlock_args_int(args, previous);
+	handshake_send(conn, STEP_FENCE, RLOCK_SHAPE_INTEGER, 0);
+}
+
+/*
+ * Remember this connection's id, with the server it belongs to, for the
+ * fence of the next command connection.
+ */
+static void
+handshake_remember_id(RlockConn *conn, int64 id)
+{
+	SpinLockAcquire(&rlock_shared->mutex);
+	/* without the server's name the id cannot be used safely */
+	rlock_shared->cmd_client_id = (conn->run_id[0] != '\0') ? id : 0;
+	strlcpy(rlock_shared->cmd_run_id, conn->run_id,
+			sizeof(rlock_shared->cmd_run_id));
+	SpinLockRelease(&rlock_shared->mutex);
+}
+
+/*
+ * An ACL refused INFO, CLIENT ID or CLIENT KILL: say once what that costs.
+ */
+static void
+handshake_warn_fence(RlockConn *conn, const RlockReply *reply)
+{
+	static bool fence_warned = false;
+
+	if (fence_warned)
+		return;
+	fence_warned = true;
+	ereport(LOG,
+			(errmsg("rlock cannot close its earlier connections to Redis at %s on the server side",
+					conn->server->address),
+			 errdetail_internal("%s", reply->str),
+			 errhint("Allow the rlock user INFO, CLIENT ID and CLIENT KILL, or a command that was under way when a connection was given up may still run later.")));
+}
+
+/*
+ * The reply to a step whose failure does not fail the connection.
+ */
+static void
+handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
+						 const RlockReply *reply)
+{
+	char		version[32];
+
+	if (reply->type == RLOCK_REPLY_ERROR)
+	{
+		if (hc->step == STEP_CLIENT_ID)
+			handshake_remember_id(conn, 0);
+		if (hc->step == STEP_INFO || hc->step == STEP_CLIENT_ID ||
+			hc->step == STEP_FENCE)
+			handshake_warn_fence(conn, reply);
+		return;
+	}
+	switch (hc->step)
+	{
+		case STEP_INFO:
+			if (handshake_info_field(reply->str, "redis_version",
+									 version, sizeof(version)))
+				rlock_redis_status_server(version, NULL);
+			if (!handshake_info_field(reply->str, "run_id", conn->run_id,
+									  sizeof(conn->run_id)))
+				conn->run_id[0] = '\0';
+			handshake_fence(conn);
+			break;
+		case STEP_CLIENT_ID:
+			handshake_remember_id(conn, reply->integer);
+			break;
+		case STEP_ROLE:
+			if (reply->elements > 0 &&
+				reply->element[0]->type == RLOCK_REPLY_STRING)
+				rlock_redis_status_server(NULL, reply->element[0]->str);
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * The reply to a step that must work: AUTH, SELECT, SCRIPT LOAD, PING.
+ * An error fails a connection still in its handshake.
+ */
+static void
+handshake_required_reply(RlockConn *conn, HandshakeCmd *hc,
+						 const RlockReply *reply)
+{
+	if (reply->type == RLOCK_REPLY_ERROR)
+	{
+		rlock_count(RLOCK_STAT_REDIS_ERRORS, 1);
+		rlock_redis_status_error(reply->str);
+		if (hc->counted)
+			rlock_conn_give_up(conn, reply->str);
+		return;
+	}
+	if (hc->step == STEP_SCRIPT_LOAD &&
+		(reply->len != RLOCK_SHA1_HEX_LEN ||
+		 memcmp(reply->str, rlock_script_sha(hc->script),
+				RLOCK_SHA1_HEX_LEN) != 0))
+	{
+		char		detail[128];
+
+		snprintf(detail, sizeof(detail),
+				 "SCRIPT LOAD of the %s script answered with another SHA1",
+				 rlock_script_name(hc->script));
+		rlock_conn_violation(conn, RLOCK_VIOLATION_HANDSHAKE, detail);
+	}
+}
+
+static void
+handshake_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
+{
+	HandshakeCmd *hc = (HandshakeCmd *) cmd;
+
+	if (reply != NULL && !conn->failed)
+	{
+		switch (hc->step)
+		{
+			case STEP_AUTH:
+			case STEP_SELECT:
+			case STEP_SCRIPT_LOAD:
+			case STEP_PING:
+				handshake_required_reply(conn, hc, reply);
+				break;
+			default:
+				handshake_optional_reply(conn, hc, reply);
+				break;
+		}
+		if (hc->counted && --conn->handshake == 0 && !conn->failed &&
+			conn->state == RLOCK_CONN_HANDSHAKE)
+			rlock_conn_became_ready(conn);
+	}
+	pfree(hc);
+}

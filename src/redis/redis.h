@@ -1,0 +1,185 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis.h
+ *		The Redis layer as the worker sees it: connections that carry
+ *		commands and bring back replies, a command builder, replies with
+ *		their classification, and the registry of Lua scripts.
+ *
+ * Nothing here exposes hiredis, OpenSSL or a socket: this folder is the
+ * only place that knows RESP and the network.  Replies come back through
+ * the function each command carries (RlockCmd.done), connection events
+ * through the table the worker registers (RlockConnEvents).  Neither may
+ * raise an error or close a connection; a reply that makes no sense to
+ * the worker is reported with rlock_conn_fail(), and the connection is
+ * dropped and made again at the next tick.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/redis/redis.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef RLOCK_REDIS_H
+#define RLOCK_REDIS_H
+
+#include "datatype/timestamp.h"
+#include "lib/ilist.h"
+#include "lib/stringinfo.h"
+#include "utils/palloc.h"
+
+#include "shared/shared.h"
+
+/*---- replies ----*/
+
+typedef enum RlockReplyType
+{
+	RLOCK_REPLY_STRING,			/* bulk string */
+	RLOCK_REPLY_STATUS,			/* simple string: +OK */
+	RLOCK_REPLY_ERROR,			/* simple error: -ERR ... */
+	RLOCK_REPLY_INTEGER,
+	RLOCK_REPLY_NIL,
+	RLOCK_REPLY_ARRAY
+} RlockReplyType;
+
+/*
+ * A reply as read from Redis.  Strings are NUL-terminated (Redis may put
+ * a NUL inside them: use len).  Valid only while the function it is
+ * handed to runs.
+ */
+typedef struct RlockReply
+{
+	RlockReplyType type;
+	int64		integer;		/* INTEGER */
+	int			len;			/* STRING, STATUS, ERROR */
+	char	   *str;
+	int			elements;		/* ARRAY */
+	struct RlockReply **element;
+} RlockReply;
+
+/*
+ * The replies a command accepts.  An error reply fits every command (Redis
+ * may refuse anything); any other reply that does not fit is a protocol
+ * violation, and the connection is dropped.
+ */
+typedef enum RlockShape
+{
+	RLOCK_SHAPE_OK,				/* the status OK */
+	RLOCK_SHAPE_PONG,			/* the status PONG */
+	RLOCK_SHAPE_INTEGER,
+	RLOCK_SHAPE_INTEGER_OR_NIL,
+	RLOCK_SHAPE_INTEGERS,		/* an array of exactly n integers */
+	RLOCK_SHAPE_STRING,			/* a bulk string */
+	RLOCK_SHAPE_ARRAY,			/* an array of anything */
+	RLOCK_SHAPE_SUBSCRIBE,		/* ["subscribe", channel, count] */
+	RLOCK_SHAPE_UNSUBSCRIBE		/* ["unsubscribe", channel, count] */
+} RlockShape;
+
+/* What an error reply means for whoever sent the command */
+typedef enum RlockReplyClass
+{
+	RLOCK_REPLY_FINE,			/* not an error */
+	RLOCK_REPLY_NOSCRIPT,		/* the script is not in Redis's cache */
+	RLOCK_REPLY_WRONGTYPE,		/* the key holds another type */
+	RLOCK_REPLY_TRANSIENT,		/* may work later: BUSY, LOADING, OOM,
+								 * READONLY, MASTERDOWN, TRYAGAIN ... */
+	RLOCK_REPLY_REFUSED			/* anything else: ERR, NOPERM, NOAUTH ... */
+} RlockReplyClass;
+
+extern bool rlock_reply_fits(const RlockReply *reply, RlockShape shape,
+							 int n);
+extern RlockReplyClass rlock_reply_classify(const RlockReply *reply);
+
+/*---- commands ----*/
+
+typedef struct RlockConn RlockConn;
+typedef struct RlockCmd RlockCmd;
+
+/*
+ * Called exactly once for every command sent: with its reply, or with
+ * NULL when the connection went away before the reply came.  It owns the
+ * command from then on.
+ */
+typedef void (*RlockReplyFn) (RlockConn *conn, RlockCmd *cmd,
+							  const RlockReply *reply);
+
+/*
+ * A command on the wire.  Senders embed it at the start of their own
+ * record and fill in done, shape and nelements; the connection sets the
+ * rest.
+ */
+struct RlockCmd
+{
+	dlist_node	node;			/* in its connection's list, in send order */
+	RlockReplyFn done;
+	RlockShape	shape;			/* the replies that fit */
+	int			nelements;		/* RLOCK_SHAPE_INTEGERS: how many */
+	TimestampTz sent_at;
+	uint64		send_seq;		/* its place among the connection's sends */
+};
+
+/*
+ * A command being built: its arguments, copied as they are added, so the
+ * caller never counts a length.
+ */
+typedef struct RlockArgs
+{
+	int			argc;
+	int			maxargs;
+	int		   *offsets;		/* of each argument in buf */
+	int		   *lens;
+	StringInfoData buf;
+} RlockArgs;
+
+extern RlockArgs *rlock_args_create(MemoryContext cxt);
+extern void rlock_args_reset(RlockArgs *args);
+extern void rlock_args_add(RlockArgs *args, const char *data, int len);
+extern void rlock_args_cstr(RlockArgs *args, const char *s);
+extern void rlock_args_int(RlockArgs *args, int64 value);
+extern void rlock_args_script(RlockArgs *args, int script, int nkeys);
+
+/*---- scripts ----*/
+
+#define RLOCK_SHA1_HEX_LEN	40
+
+extern int	rlock_script_register(const char *name, const char *text);
+extern const char *rlock_script_sha(int script);
+extern const char *rlock_script_name(int script);
+extern bool rlock_scripts_reload(RlockConn *conn, const RlockCmd *cmd);
+
+/*---- connections ----*/
+
+/* What happens to connections, for the worker */
+typedef struct RlockConnEvents
+{
+	/* the connection finished its handshake and takes commands */
+	void		(*ready) (RlockConn *conn);
+	/* the connection is gone; its commands were answered with NULL */
+	void		(*lost) (RlockConn *conn);
+	/* a message published on a channel the subscriber follows */
+	void		(*message) (RlockConn *conn, const char *channel,
+							int channellen, const char *payload,
+							int payloadlen);
+} RlockConnEvents;
+
+extern void rlock_redis_start(const RlockConnEvents *events);
+extern void rlock_redis_reload(void);
+extern RlockConn *rlock_redis_command_conn(void);
+extern RlockConn *rlock_redis_subscriber_conn(void);
+extern const char *rlock_redis_address(void);
+extern void rlock_redis_tick(TimestampTz now);
+extern TimestampTz rlock_redis_next_tick(void);
+extern void rlock_redis_flush(void);
+extern void rlock_redis_wait(long timeout_ms);
+extern void rlock_redis_keepalive(bool on);
+extern void rlock_redis_status_touch(void);
+extern void rlock_redis_status_error(const char *msg);
+extern void rlock_redis_status_publish(int channels);
+
+extern bool rlock_conn_ready(RlockConn *conn);
+extern const char *rlock_conn_error(RlockConn *conn);
+extern bool rlock_conn_send(RlockConn *conn, RlockCmd *cmd,
+							const RlockArgs *args);
+extern void rlock_conn_fail(RlockConn *conn, const char *what);
+
+#endif							/* RLOCK_REDIS_H */

@@ -1,0 +1,227 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis_int.h
+ *		What the files of the Redis layer share among themselves: the
+ *		limits on replies, the reader, transports and the connection
+ *		record.  Nothing outside src/redis includes this.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/redis/redis_int.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef RLOCK_REDIS_INT_H
+#define RLOCK_REDIS_INT_H
+
+#include <arpa/inet.h>
+#include <netdb.h>
+
+#include "redis/redis.h"
+
+/*
+ * Limits on what Redis may send (doc/failures.md lists them).  Every
+ * reply rlock expects fits far inside them; a reply that does not is
+ * refused before it is allocated, and the connection is dropped.
+ */
+#define RLOCK_REPLY_MAX_STRING		(1024 * 1024)	/* bytes in one string */
+#define RLOCK_REPLY_MAX_ELEMENTS	65536	/* elements of one array */
+#define RLOCK_REPLY_MAX_DEPTH		4	/* arrays inside arrays */
+#define RLOCK_REPLY_MAX_BYTES		(8 * 1024 * 1024)	/* memory of one reply */
+#define RLOCK_REPLY_MAX_PENDING		(2 * 1024 * 1024)	/* bytes buffered
+														 * without a complete
+														 * reply */
+
+/*---- reply.c: reading replies within the limits ----*/
+
+typedef enum RlockReaderFault
+{
+	RLOCK_READER_OK,
+	RLOCK_READER_STRING,		/* a string over RLOCK_REPLY_MAX_STRING */
+	RLOCK_READER_ELEMENTS,		/* an array over RLOCK_REPLY_MAX_ELEMENTS */
+	RLOCK_READER_DEPTH,			/* arrays nested deeper than the limit */
+	RLOCK_READER_BYTES,			/* a reply over RLOCK_REPLY_MAX_BYTES */
+	RLOCK_READER_PENDING,		/* too many bytes without a whole reply */
+	RLOCK_READER_PROTOCOL,		/* not RESP2 */
+	RLOCK_READER_MEMORY			/* out of memory */
+} RlockReaderFault;
+
+#define RLOCK_READER_NFAULTS	(RLOCK_READER_MEMORY + 1)
+
+typedef struct RlockReader
+{
+	struct redisReader *hiredis;
+	MemoryContext cxt;			/* replies are allocated here */
+	Size		bytes;			/* memory of the reply being read */
+	RlockReaderFault fault;
+	int64		fault_value;	/* the number that broke a limit */
+	char		fault_text[128];	/* hiredis's words for a protocol error */
+} RlockReader;
+
+/* What a reply on a subscriber connection is */
+typedef enum RlockPubsubFrame
+{
+	RLOCK_FRAME_REPLY,			/* answers the oldest command */
+	RLOCK_FRAME_MESSAGE,		/* ["message", channel, payload] */
+	RLOCK_FRAME_MALFORMED		/* a push of a shape Redis never sends */
+} RlockPubsubFrame;
+
+extern RlockReader *rlock_reader_create(MemoryContext cxt);
+extern void rlock_reader_free(RlockReader *reader);
+extern bool rlock_reader_feed(RlockReader *reader, const char *buf,
+							  size_t len);
+extern int	rlock_reader_next(RlockReader *reader, RlockReply **reply);
+extern size_t rlock_reader_pending(RlockReader *reader);
+extern void rlock_reader_describe_fault(RlockReader *reader, char *buf,
+										size_t size);
+extern void rlock_reply_free(RlockReply *reply);
+extern void rlock_reply_describe(const RlockReply *reply, char *buf,
+								 size_t size);
+extern RlockPubsubFrame rlock_reply_pubsub_frame(const RlockReply *reply);
+
+/*---- connections ----*/
+
+/* Result of a step of a transport's own handshake (TLS) */
+typedef enum RlockOpen
+{
+	RLOCK_OPEN_DONE,
+	RLOCK_OPEN_WAIT,			/* call again when the socket is ready for
+								 * conn->io_want */
+	RLOCK_OPEN_FAILED			/* conn->error says why */
+} RlockOpen;
+
+/*
+ * How bytes cross a connection: plain (TCP or Unix socket) or TLS.  The
+ * protocol code above never knows which.  read and write return the
+ * number of bytes moved, 0 when the socket is not ready (conn->io_want
+ * then says what for), and -1 on end of file or failure (conn->error
+ * says which).
+ */
+typedef struct RlockTransport
+{
+	const char *name;
+	RlockOpen	(*open) (RlockConn *conn);
+	ssize_t		(*read) (RlockConn *conn, char *buf, size_t len);
+	ssize_t		(*write) (RlockConn *conn, const char *buf, size_t len);
+	bool		(*pending) (RlockConn *conn);
+	void		(*close) (RlockConn *conn);
+} RlockTransport;
+
+extern const RlockTransport rlock_transport_plain;
+extern const RlockTransport rlock_transport_tls;
+
+/* One Redis server as the settings name it */
+typedef struct RlockServer
+{
+	char	   *host;
+	int			port;
+	char	   *unix_socket;
+	int			database;
+	char	   *username;
+	char	   *password_file;
+	int			tls;			/* RlockTls */
+	char	   *tls_ca_file;
+	char	   *tls_cert_file;
+	char	   *tls_key_file;
+	char	   *tls_server_name;
+	char		address[RLOCK_ADDRESS_LEN];	/* for messages */
+
+	/* resolution of a host name that is not a numeric address */
+	bool		resolving;
+	bool		resolve_stale;	/* settings changed while resolving */
+	struct gaicb gai;
+	struct addrinfo gai_hints;
+	char		gai_name[NI_MAXHOST];
+	char		resolved[INET6_ADDRSTRLEN];	/* numeric address, "" if none */
+	char		resolve_error[RLOCK_DETAIL_LEN];
+} RlockServer;
+
+/* Why a connection was dropped for what Redis sent, logged once each */
+typedef enum RlockViolation
+{
+	RLOCK_VIOLATION_UNSOLICITED,	/* a reply with no command */
+	RLOCK_VIOLATION_SHAPE,		/* a reply that does not fit its command */
+	RLOCK_VIOLATION_PUBSUB,		/* a push of an unexpected shape */
+	RLOCK_VIOLATION_READER,		/* see RlockReaderFault */
+	RLOCK_VIOLATION_HANDSHAKE,	/* a handshake answer that makes no sense */
+	RLOCK_NVIOLATIONS
+} RlockViolation;
+
+struct RlockConn
+{
+	const char *role;			/* "command" or "subscriber", for messages */
+	bool		subscriber;
+	RlockServer *server;
+	MemoryContext cxt;			/* buffers and replies of this connection */
+	RlockConnState state;
+
+	/* the socket and what travels over it */
+	pgsocket	sock;			/* PGINVALID_SOCKET while there is none */
+	const RlockTransport *transport;
+	void	   *tls;			/* the TLS transport's state */
+	uint32		io_want;		/* events a transport step waits for */
+	StringInfoData out;			/* bytes to write, from out_pos */
+	int			out_pos;
+	RlockReader *reader;
+	bool		read_more;		/* stopped reading with bytes left */
+	int			pos;			/* position in the wait set, -1 if none */
+	uint32		registered;		/* events registered there */
+
+	/* commands */
+	dlist_head	inflight;		/* RlockCmd in send order */
+	int			handshake;		/* handshake replies still expected */
+	TimestampTz last_sent_at;	/* when the latest command was queued */
+	uint64		sends;			/* commands queued so far */
+	uint64		scripts_seq;	/* send_seq of the latest SCRIPT LOAD */
+	TimestampTz scripts_loaded_at;	/* when SCRIPT LOAD was last queued */
+	char		run_id[RLOCK_RUN_ID_LEN + 1];	/* of the server, "" if not
+												 * known */
+
+	/* life cycle */
+	bool		failed;			/* unusable: dropped at the next tick */
+	bool		quiet_drop;		/* for a cause logged on its own */
+	TimestampTz deadline;		/* connect and handshake must end by then */
+	TimestampTz retry_at;		/* next attempt while DOWN */
+	int			backoff_ms;
+	char		error[RLOCK_DETAIL_LEN];	/* why it is not READY */
+	TimestampTz ready_at;		/* when it last became READY */
+	TimestampTz since;			/* when it last became READY or was lost */
+	bool		ever_ready;		/* was READY before: the next one counts
+								 * as a reconnection */
+	bool		outage_logged;	/* the current outage was logged */
+	bool		ready_logged;	/* and so was its end */
+	bool		flap_logged;	/* losses right after READY were logged */
+};
+
+/* conn.c */
+extern MemoryContext rlock_redis_context;
+extern void rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
+			pg_attribute_printf(2, 3);
+extern void rlock_conn_violation(RlockConn *conn, RlockViolation why,
+								 const char *detail);
+extern void rlock_conn_give_up(RlockConn *conn, const char *reason);
+extern void rlock_conn_became_ready(RlockConn *conn);
+extern void rlock_redis_status_server(const char *version, const char *role);
+
+/* handshake.c */
+extern void rlock_handshake_begin(RlockConn *conn);
+extern void rlock_handshake_ask_role(RlockConn *conn);
+extern void rlock_handshake_ping(RlockConn *conn);
+
+/* transport.c */
+extern bool rlock_socket_open(RlockConn *conn);
+extern bool rlock_socket_connected(RlockConn *conn);
+extern void rlock_socket_close(RlockConn *conn);
+extern void rlock_resolve_start(RlockServer *srv);
+extern void rlock_resolve_check(RlockServer *srv);
+extern bool rlock_is_numeric_host(const char *host);
+
+/* tls.c */
+extern void rlock_tls_reset(void);
+
+/* scripts.c */
+extern int	rlock_scripts_count(void);
+extern const char *rlock_script_text(int script);
+
+#endif							/* RLOCK_REDIS_INT_H */

@@ -1,0 +1,388 @@
+/*-------------------------------------------------------------------------
+ *
+ * releases.c
+ *		Releases, and bringing Redis back to the counts the worker knows.
+ *
+ * The worker keeps, per hold entry, the hold count it has asked Redis to
+ * hold (RlockHold.count).  Every acquire and release names that target
+ * count (kinds/README.md), so after a lost reply the worker simply sends
+ * the entry's count again ("resync"): an entry marked resync goes back on
+ * the ring and its release command, with the count to leave, goes out
+ * again.  Releases queued by backends come off the same ring in order,
+ * behind the session's earlier requests.
+ *
+ * A release Redis refuses for a passing reason (BUSY, OOM, READONLY,
+ * LOADING ...) is sent again after RLOCK_RESYNC_DELAY_MS; one refused for
+ * a missing script is sent again right behind SCRIPT LOAD, unless the
+ * scripts were loaded less than a second ago and went missing again, in
+ * which case it waits like the others.  A worker that died with commands
+ * on the wire leaves entries whose outcome is unknown; the next worker
+ * restates them all (worker_recover_holds).
+ *
+ * Full releases this worker sent that no local waiter was handed, and
+ * wake-ups that a waiter gave up without passing them on, are numbered,
+ * and for each of a fixed number of key hashes the number of the latest
+ * is kept: an acquire that was on the wire when this instance freed its
+ * key must not sleep on its busy answer (it was not a waiter yet, so the
+ * hand-off could not reach it, and the unlock message went out before it
+ * subscribed).  When a hand-off reached a waiter, the lock is that
+ * waiter's, and tries on the wire sleep.  A hash collision only costs an
+ * early retry.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/worker/releases.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "worker/worker_int.h"
+
+#define RLOCK_RELEASE_MARKS		1024
+
+/* Wait before sending again a release Redis refused */
+#define RLOCK_RESYNC_DELAY_MS	1000
+
+/* Repeat a warning about refused releases at most this often */
+#define RLOCK_WARN_INTERVAL_MS	10000
+
+static RlockStatus *release_status; /* outcome of each entry's last release */
+static uint64 releases_sent = 0;
+static uint64 release_marks[RLOCK_RELEASE_MARKS];
+
+/* Releases Redis refused for a passing reason are sent again at this time */
+static TimestampTz resync_at = 0;
+
+/* The last warning about a refused release, to repeat it only so often */
+static TimestampTz release_warned_at = 0;
+
+void
+worker_releases_init(int nholds)
+{
+	int			i;
+
+	release_status = MemoryContextAlloc(rlock_worker_context,
+										sizeof(RlockStatus) * nholds);
+	for (i = 0; i < nholds; i++)
+		release_status[i] = RLOCK_STATUS_OK;
+}
+
+RlockStatus
+worker_release_status(int index)
+{
+	return release_status[index];
+}
+
+static uint64 *
+release_mark(const char *key, int keylen)
+{
+	return &release_marks[hash_bytes((const unsigned char *) key, keylen) %
+						  RLOCK_RELEASE_MARKS];
+}
+
+/*
+ * The number of the latest release of a key that no waiter was handed.
+ */
+uint64
+worker_release_mark(const char *key, int keylen)
+{
+	return *release_mark(key, keylen);
+}
+
+/*
+ * The number of releases counted so far, for a try about to go out.
+ */
+uint64
+worker_releases_sent(void)
+{
+	return releases_sent;
+}
+
+/*
+ * The key may have been freed with nobody here handed it: tries on the
+ * wire must not sleep on their busy answers.
+ */
+void
+worker_note_release(const char *key, int keylen)
+{
+	*release_mark(key, keylen) = ++releases_sent;
+}
+
+/*
+ * Send the release that leaves "target" holds of the entry in Redis.  A
+ * full release hands the lock to a local waiter right behind it.
+ */
+static void
+worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
+{
+	RlockHold  *h = rlock_hold(index);
+	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_RELEASE);
+	RlockArgs  *args = worker_args();
+	RlockKindHold kh;
+
+	kh.key = h->key;
+	kh.keylen = h->keylen;
+	kh.owner_id = owner_id;
+	wc->hold = index;
+	wc->target = target;
+	wc->lease_ms = worker_lease(lease_ms);
+	rlock_kinds[h->kind]->release(args, &wc->cmd, &kh, target, wc->lease_ms);
+	if (!worker_cmd_send(rlock_redis_command_conn(), wc, args))
+	{
+		SpinLockAcquire(&h->mutex);
+		h->unacked--;
+		h->resync = true;
+		SpinLockRelease(&h->mutex);
+		return;
+	}
+	if (target == 0)
+	{
+		/*
+		 * An acquire of this instance on the wire now cannot be reached by
+		 * a hand-off: if none took it, such a try that meets the lock still
+		 * held tries again instead of sleeping.
+		 */
+		wc->handoff = rlock_waiters_hand_off(h->key, h->keylen);
+		if (wc->handoff == 0)
+			worker_note_release(h->key, h->keylen);
+	}
+}
+
+/*
+ * A hold entry came off the ring: bring Redis to the count it should hold
+ * after the releases queued on it.  While an acquire for the entry is on
+ * the wire nothing is sent; its reply puts the entry back on the ring.
+ */
+void
+worker_sync_hold(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		send = false;
+	int32		target = 0;
+	int64		lease_ms = 0;
+	uint64		owner_id = 0;
+
+	rlock_owners_note(index);
+	SpinLockAcquire(&h->mutex);
+	h->queued = false;
+	if (h->in_use && !h->acquiring)
+	{
+		if (h->to_release > 0)
+		{
+			h->count = Max(h->count - h->to_release, 0);
+			h->to_release = 0;
+			h->resync = true;
+		}
+		if (h->resync && rlock_conn_ready(rlock_redis_command_conn()))
+		{
+			send = true;
+			h->resync = false;
+			h->unacked++;
+			target = h->count;
+			lease_ms = h->lease_ms;
+			owner_id = h->owner_id;
+		}
+		Assert(h->count >= 0 && h->unacked >= 0 && h->to_release == 0);
+	}
+	SpinLockRelease(&h->mutex);
+
+	if (send)
+		worker_send_release(index, target, lease_ms, owner_id);
+	else
+		rlock_hold_try_free(index);
+}
+
+/*
+ * Put an entry back on the ring if it has something to send.
+ */
+void
+worker_requeue_hold(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		push;
+
+	SpinLockAcquire(&h->mutex);
+	push = h->in_use && !h->queued && !h->acquiring &&
+		(h->to_release > 0 || h->resync);
+	if (push)
+		h->queued = true;
+	SpinLockRelease(&h->mutex);
+	if (push)
+		rlock_ring_push(index);
+}
+
+void
+worker_requeue_all_holds(void)
+{
+	int			i;
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+		worker_requeue_hold(i);
+}
+
+/*
+ * Releases refused for a passing reason are due again.
+ */
+void
+worker_releases_tick(TimestampTz now)
+{
+	if (resync_at != 0 && now >= resync_at)
+	{
+		resync_at = 0;
+		worker_requeue_all_holds();
+	}
+}
+
+TimestampTz
+worker_releases_next(void)
+{
+	return resync_at != 0 ? resync_at : DT_NOEND;
+}
+
+static void
+worker_resync_later(void)
+{
+	if (resync_at == 0)
+		resync_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												RLOCK_RESYNC_DELAY_MS);
+}
+
+/*
+ * Warn about a release Redis refused, at most once per interval: a Redis
+ * that refuses one (out of memory, read-only replica, missing permission)
+ * usually refuses them all.
+ */
+static void
+worker_warn_release(RlockHold *h, const char *error, bool again)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (release_warned_at != 0 &&
+		now < TimestampTzPlusMilliseconds(release_warned_at,
+										  RLOCK_WARN_INTERVAL_MS))
+		return;
+	release_warned_at = now;
+	ereport(WARNING,
+			(errmsg("Redis refused to release lock \"%s\"", h->key),
+			 errdetail_internal("%s", error),
+			 again ? errhint("The release will be sent again.") : 0));
+}
+
+void
+worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+{
+	RlockHold  *h = rlock_hold(wc->hold);
+	RlockStatus status = RLOCK_STATUS_OK;
+	RlockReleased released = RLOCK_RELEASED_INVALID;
+	bool		again = false;
+	bool		later = false;
+	bool		newly_lost = false;
+
+	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR)
+	{
+		released = rlock_kinds[h->kind]->release_result(reply);
+		if (released == RLOCK_RELEASED_INVALID)
+		{
+			rlock_conn_fail(conn, "a release answered with an unknown status");
+			reply = NULL;		/* as good as lost */
+		}
+	}
+
+	/* no unlock message, or maybe none, to let pass */
+	if (wc->handoff == RLOCK_HANDED_OFF_ECHO &&
+		released != RLOCK_RELEASED_FREED)
+		rlock_waiters_echo_cancel(h->key, h->keylen);
+
+	if (reply == NULL)
+		again = true;			/* outcome unknown: say it again later */
+	else if (released == RLOCK_RELEASED_NOT_HELD)
+		status = RLOCK_STATUS_NOT_HELD;
+	else if (reply->type == RLOCK_REPLY_ERROR)
+	{
+		switch (rlock_reply_classify(reply))
+		{
+			case RLOCK_REPLY_NOSCRIPT:
+				again = true;
+				later = !rlock_scripts_reload(conn, &wc->cmd);
+				break;
+			case RLOCK_REPLY_WRONGTYPE:
+				/* the key is not a lock any more: nothing of ours to release */
+				status = RLOCK_STATUS_NOT_HELD;
+				worker_warn_release(h, reply->str, false);
+				break;
+			default:
+				/* BUSY, OOM, READONLY, LOADING ...: try again in a while */
+				again = later = true;
+				worker_warn_release(h, reply->str, true);
+				break;
+		}
+	}
+
+	SpinLockAcquire(&h->mutex);
+	Assert(h->unacked > 0);
+	h->unacked--;
+	if (again)
+		h->resync = true;
+	else if (status == RLOCK_STATUS_NOT_HELD && wc->target > 0)
+		newly_lost = rlock_hold_mark_lost(h);
+	else if (status == RLOCK_STATUS_OK)
+		rlock_hold_confirm(h, (wc->target > 0) ?
+						   TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+													   wc->lease_ms) : 0);
+	SpinLockRelease(&h->mutex);
+	if (newly_lost)
+		rlock_count(RLOCK_STAT_LOST, 1);
+
+	if (!again)
+		release_status[wc->hold] = status;
+	if (later)
+		worker_resync_later();
+	else if (again && reply != NULL)
+		worker_requeue_hold(wc->hold);
+	rlock_hold_try_free(wc->hold);
+	if (worker_parked())
+		worker_unpark();
+}
+
+/*
+ * A previous worker may have died with commands on the wire or entries
+ * taken off the ring: their outcome is unknown, so their counts are sent
+ * again once connected.  Its requests are all answered (see worker.c), so
+ * it works on none.
+ */
+void
+worker_recover_holds(void)
+{
+	int			i;
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+		bool		push = false;
+
+		SpinLockAcquire(&h->mutex);
+		h->worker_refs = 0;
+		if (h->in_use &&
+			(h->acquiring || h->unacked > 0 || h->to_release > 0 ||
+			 h->resync || h->queued))
+		{
+			h->acquiring = false;
+			h->unacked = 0;
+			h->resync = true;
+			push = !h->queued;
+			h->queued = true;
+		}
+		SpinLockRelease(&h->mutex);
+		rlock_owners_note(i);	/* sessions carry on with their holds */
+		if (push)
+			rlock_ring_push(i);
+		else
+			rlock_hold_try_free(i);
+	}
+}

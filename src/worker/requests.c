@@ -1,0 +1,1189 @@
+/*-------------------------------------------------------------------------
+ *
+ * requests.c
+ *		The life of a request in the worker: taken off the ring, sent,
+ *		waiting, answered.
+ *
+ * A request moves PENDING -> INFLIGHT -> done, or, when the lock is busy
+ * and time remains, INFLIGHT -> WAITING -> PENDING -> INFLIGHT ...  A
+ * waiting request is retried when an unlock message arrives on its
+ * channel, when the subscription is confirmed, or when its timer fires:
+ * after min(remaining TTL, remaining wait), as Redisson does.  RELEASE and
+ * BARRIER requests are answered by a PING sent after the releases they
+ * cover; if one of those must be sent again, the request waits (parked)
+ * until it is answered.  A VERIFY request (before a commit) sends the
+ * verify script over every entry of its owner, in batches, and counts the
+ * holds Redis no longer has.
+ *
+ * While the worker works on a request for a hold entry it counts itself in
+ * the entry's worker_refs, after checking that the entry is still the one
+ * the backend named (same generation): the entry cannot be freed or reused
+ * under it.  A grant that arrives for a request its backend gave up is
+ * handed back at once.
+ *
+ * Two bounds keep a broken or hostile server from holding a session or
+ * the worker: a request whose commands Redis has not answered for
+ * rlock.command_timeout + rlock.connect_timeout, across reconnections,
+ * fails with a connection error (the clock starts when the first command
+ * that went unanswered was sent, and stops at any answer); and a request
+ * told to retry at once again and again (a lease that is always just
+ * ending, a flood of unlock messages) is slowed down after a few such
+ * retries, up to RLOCK_RETRY_GAP_MAX_MS between tries.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/worker/requests.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lib/pairingheap.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "worker/worker_int.h"
+
+typedef enum ReqState
+{
+	REQ_NONE,					/* no request for this slot */
+	REQ_PENDING,				/* to be sent when the connection allows */
+	REQ_INFLIGHT,				/* its command is on the wire */
+	REQ_WAITING					/* ACQUIRE: the lock is busy; RELEASE and
+								 * BARRIER: a release they cover is still
+								 * to be answered */
+} ReqState;
+
+/* The worker's copy of a slot's request */
+typedef struct WorkerReq
+{
+	ReqState	state;
+	uint64		seq;
+	RlockOp		op;
+	uint64		owner_id;
+	int			hold;			/* ACQUIRE, RELEASE: the entry, else -1 */
+	bool		hold_counted;	/* counted in the entry's worker_refs */
+	char	   *key;			/* EXISTS, PTTL: the key */
+	int			keylen;
+	TimestampTz wait_until;		/* ACQUIRE: 0 = no limit */
+	int64		lease_ms;		/* ACQUIRE: 0 = the watchdog; VERIFY: margin */
+	bool		want_token;		/* ACQUIRE: count a fencing token */
+	int			batches;		/* VERIFY: batch replies still to come */
+	int			attempt;		/* VERIFY: sending of the batches */
+	int64		lost;			/* VERIFY: holds found lost so far */
+	uint64		wakes_seen;		/* wake-ups of its channel at last send */
+	uint64		releases_seen;	/* releases sent at last send */
+	bool		woken;			/* retried by a wake-up, try not yet sent */
+	bool		handed;			/* ACQUIRE: handed the lock by a release of
+								 * this instance, and not answered yet */
+	bool		tried;			/* ACQUIRE: tried, or joined the line */
+	bool		line_only;		/* ACQUIRE: joined the line, never tried */
+	int			noscript;		/* NOSCRIPT retries so far */
+	TimestampTz unanswered_since;	/* sending of the first command that
+									 * went unanswered, 0 if none */
+	int			quick_retries;	/* retries in a row without a wait */
+	TimestampTz last_try_at;	/* when the latest try was sent */
+	TimestampTz timer_at;		/* 0 = no timer */
+	pairingheap_node timer_node;
+	dlist_node	pending_node;
+} WorkerReq;
+
+/* Retry a request whose script Redis had lost at most this often */
+#define RLOCK_NOSCRIPT_RETRIES	2
+
+/* Retries without a wait allowed in a row; after them, a growing gap */
+#define RLOCK_QUICK_RETRIES		4
+#define RLOCK_RETRY_GAP_MAX_MS	100
+
+static WorkerReq *reqs;			/* one per slot */
+static int	nreqs;
+static int	nparked;			/* RELEASE and BARRIER requests WAITING */
+static int	nwaiting;			/* ACQUIRE requests WAITING */
+static pairingheap *timers;
+static dlist_head pending = DLIST_STATIC_INIT(pending);
+
+static void worker_mark_busy(WorkerReq *req);
+
+/*---- timers ----*/
+
+static int
+worker_timer_cmp(const pairingheap_node *a, const pairingheap_node *b,
+				 void *arg)
+{
+	const WorkerReq *ra = pairingheap_const_container(WorkerReq, timer_node, a);
+	const WorkerReq *rb = pairingheap_const_container(WorkerReq, timer_node, b);
+
+	/* the heap puts its greatest element first: make earlier greater */
+	if (ra->timer_at < rb->timer_at)
+		return 1;
+	if (ra->timer_at > rb->timer_at)
+		return -1;
+	return 0;
+}
+
+static void
+worker_timer_cancel(WorkerReq *req)
+{
+	if (req->timer_at != 0)
+	{
+		pairingheap_remove(timers, &req->timer_node);
+		req->timer_at = 0;
+	}
+}
+
+static void
+worker_timer_set(WorkerReq *req, TimestampTz at)
+{
+	worker_timer_cancel(req);
+	if (at == 0 || at == DT_NOEND)
+		return;
+	req->timer_at = at;
+	pairingheap_add(timers, &req->timer_node);
+}
+
+void
+worker_requests_init(int nslots)
+{
+	int			i;
+
+	nreqs = nslots;
+	reqs = MemoryContextAllocZero(rlock_worker_context,
+								  sizeof(WorkerReq) * nslots);
+	for (i = 0; i < nslots; i++)
+		reqs[i].hold = -1;
+	timers = pairingheap_allocate(worker_timer_cmp, NULL);
+}
+
+/*---- request bookkeeping ----*/
+
+static inline int
+worker_slot_of(WorkerReq *req)
+{
+	return req - reqs;
+}
+
+/*
+ * Every change of a request's state goes through here.  The moves a
+ * request may make are the ones in the file header.
+ */
+static void
+worker_set_state(WorkerReq *req, ReqState state)
+{
+	bool		parked_before = (req->state == REQ_WAITING &&
+								 req->op != RLOCK_OP_ACQUIRE);
+	bool		parked_after = (state == REQ_WAITING &&
+								req->op != RLOCK_OP_ACQUIRE);
+
+	Assert(state == REQ_NONE || state == REQ_PENDING ||
+		   (state == REQ_INFLIGHT && req->state == REQ_PENDING) ||
+		   (state == REQ_WAITING &&
+			(req->state == REQ_INFLIGHT ||
+			 (req->state == REQ_PENDING && req->op == RLOCK_OP_ACQUIRE))));
+	Assert(state != REQ_PENDING || req->state != REQ_PENDING);
+
+	nparked += (int) parked_after - (int) parked_before;
+	if (req->op == RLOCK_OP_ACQUIRE)
+		nwaiting += (int) (state == REQ_WAITING) -
+			(int) (req->state == REQ_WAITING);
+	req->state = state;
+	Assert(nparked >= 0 && nwaiting >= 0);
+}
+
+/*
+ * The latest a request whose commands go unanswered may wait before it
+ * fails: rlock.command_timeout to be answered, rlock.connect_timeout to
+ * find a connection again.  0 while nothing went unanswered.
+ */
+static TimestampTz
+worker_unanswered_deadline(WorkerReq *req)
+{
+	if (req->unanswered_since == 0)
+		return 0;
+	return TimestampTzPlusMilliseconds(req->unanswered_since,
+									   (int64) rlock_command_timeout +
+									   rlock_connect_timeout);
+}
+
+/*
+ * Put a request on the pending list.  Without a usable connection it gets
+ * rlock.connect_timeout to find one; one whose commands went unanswered
+ * gets no longer than its deadline.
+ */
+static void
+worker_make_pending(WorkerReq *req)
+{
+	TimestampTz at = 0;
+	TimestampTz deadline = worker_unanswered_deadline(req);
+
+	worker_set_state(req, REQ_PENDING);
+	dlist_push_tail(&pending, &req->pending_node);
+	if (!rlock_conn_ready(rlock_redis_command_conn()))
+		at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										 rlock_connect_timeout);
+	if (deadline != 0 && (at == 0 || deadline < at))
+		at = deadline;
+	if (at == 0)
+		worker_timer_cancel(req);
+	else
+		worker_timer_set(req, at);
+}
+
+/*
+ * A command of the request went unanswered (its connection was lost):
+ * the request's clock runs from the first such command on.
+ */
+static void
+worker_note_unanswered(WorkerReq *req, WorkerCmd *wc)
+{
+	if (req->unanswered_since == 0)
+		req->unanswered_since = wc->cmd.sent_at;
+}
+
+/*
+ * Count the worker in an entry's worker_refs for a request, if the entry
+ * is still the one the backend named.  False if it is not: the backend
+ * gave the request up and the entry was freed.
+ */
+static bool
+worker_hold_count_in(int index, uint32 generation)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		ok;
+
+	SpinLockAcquire(&h->mutex);
+	ok = h->in_use && h->generation == generation;
+	if (ok)
+		h->worker_refs++;
+	SpinLockRelease(&h->mutex);
+	return ok;
+}
+
+static void
+worker_hold_count_out(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	SpinLockAcquire(&h->mutex);
+	Assert(h->worker_refs > 0);
+	h->worker_refs--;
+	SpinLockRelease(&h->mutex);
+	rlock_hold_try_free(index);
+}
+
+/*
+ * Forget a request: it is answered, or its backend gave it up.  A command
+ * still on the wire for it will find the request gone when answered.  A
+ * request woken for a retry that it will now never send passes the
+ * wake-up on to another waiter.
+ */
+static void
+worker_forget(WorkerReq *req)
+{
+	if (req->state == REQ_NONE)
+		return;
+	if (req->state == REQ_PENDING)
+		dlist_delete(&req->pending_node);
+	worker_timer_cancel(req);
+
+	/*
+	 * A request woken, or handed the lock, that ends without it passes the
+	 * wake-up on: the lock may be free, and its unlock message was spent.
+	 */
+	if (!rlock_waiters_leave(worker_slot_of(req), req->woken || req->handed,
+							 req->handed ? rlock_hold(req->hold)->key : NULL,
+							 req->handed ? rlock_hold(req->hold)->keylen : 0))
+	{
+		/* no one took its wake-up: tries on the wire must not sleep */
+		RlockHold  *h = rlock_hold(req->hold);
+
+		worker_note_release(h->key, h->keylen);
+	}
+	req->woken = false;
+	req->handed = false;
+	if (req->key != NULL)
+	{
+		pfree(req->key);
+		req->key = NULL;
+	}
+	worker_set_state(req, REQ_NONE);
+	if (req->hold_counted)
+	{
+		req->hold_counted = false;
+		worker_hold_count_out(req->hold);
+	}
+}
+
+/*
+ * The request a reply belongs to, if it is still the current request of
+ * its slot and still waits for that reply.
+ */
+static WorkerReq *
+worker_current(WorkerCmd *wc)
+{
+	WorkerReq  *req = &reqs[wc->slot];
+
+	if (req->state == REQ_INFLIGHT && req->seq == wc->seq)
+		return req;
+	return NULL;
+}
+
+/*
+ * Write the result into the slot, if the slot still waits for this
+ * request, and wake its backend.  Returns false if the backend gave up.
+ */
+static bool
+worker_answer(int slot, uint64 seq, RlockStatus status, int64 value,
+			  const char *detail)
+{
+	RlockSlot  *s = rlock_slot(slot);
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&s->mutex);
+	if (s->seq == seq && s->state == RLOCK_SLOT_TAKEN)
+	{
+		s->status = status;
+		s->value = value;
+		strlcpy(s->detail, detail ? detail : "", sizeof(s->detail));
+		s->state = RLOCK_SLOT_DONE;
+		latch = s->latch;
+	}
+	SpinLockRelease(&s->mutex);
+
+	if (latch != NULL)
+		SetLatch(latch);
+	return latch != NULL;
+}
+
+static void
+worker_complete(WorkerReq *req, RlockStatus status, int64 value,
+				const char *detail)
+{
+	(void) worker_answer(worker_slot_of(req), req->seq, status, value,
+						 detail);
+	worker_forget(req);
+}
+
+/*
+ * Fail a request with Redis's error text.
+ */
+static void
+worker_complete_error(WorkerReq *req, const RlockReply *reply)
+{
+	char		detail[RLOCK_DETAIL_LEN];
+
+	strlcpy(detail, reply->str, sizeof(detail));
+	worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, detail);
+}
+
+/*
+ * Fail a request that found no connection, or whose commands went
+ * unanswered, in time.
+ */
+static void
+worker_complete_unreachable(WorkerReq *req)
+{
+	char		detail[RLOCK_DETAIL_LEN];
+	RlockConn  *conn = rlock_redis_command_conn();
+
+	if (req->unanswered_since != 0 && rlock_conn_ready(conn))
+		snprintf(detail, sizeof(detail),
+				 "Redis at %s did not answer within rlock.command_timeout + rlock.connect_timeout (%d ms).",
+				 rlock_redis_address(),
+				 rlock_command_timeout + rlock_connect_timeout);
+	else
+		snprintf(detail, sizeof(detail),
+				 "No usable connection to Redis at %s: %s.",
+				 rlock_redis_address(), rlock_conn_error(conn));
+	worker_complete(req, RLOCK_STATUS_CONNECTION, 0, detail);
+}
+
+/*---- hold entries ----*/
+
+static bool
+worker_hold_acquiring(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		acquiring;
+
+	SpinLockAcquire(&h->mutex);
+	acquiring = h->acquiring;
+	SpinLockRelease(&h->mutex);
+	return acquiring;
+}
+
+/*
+ * Has everything queued on an entry been sent and answered?
+ */
+static bool
+worker_hold_settled(RlockHold *h)
+{
+	bool		settled;
+
+	SpinLockAcquire(&h->mutex);
+	settled = !h->in_use ||
+		(h->to_release == 0 && h->unacked == 0 && !h->resync &&
+		 !h->queued && !h->acquiring);
+	SpinLockRelease(&h->mutex);
+	return settled;
+}
+
+/*
+ * Is some release covered by a RELEASE, BARRIER or VERIFY request not
+ * answered yet?  RELEASE covers its entry, the others every entry of
+ * their owner.  With "acquiring", only entries with an acquire on the wire
+ * count (such requests are not sent before the releases queued behind
+ * those acquires are).
+ */
+static bool
+worker_owner_busy(WorkerReq *req, bool acquiring)
+{
+	const int  *holds;
+	int			n;
+	int			i;
+
+	if (req->op == RLOCK_OP_RELEASE)
+		return acquiring ? worker_hold_acquiring(req->hold) :
+			!worker_hold_settled(rlock_hold(req->hold));
+
+	n = rlock_owners_holds(req->owner_id, &holds);
+	for (i = 0; i < n; i++)
+	{
+		RlockHold  *h = rlock_hold(holds[i]);
+		bool		mine;
+
+		SpinLockAcquire(&h->mutex);
+		mine = h->in_use && h->owner_id == req->owner_id;
+		SpinLockRelease(&h->mutex);
+		if (!mine)
+			continue;
+		if (acquiring ? worker_hold_acquiring(holds[i]) :
+			!worker_hold_settled(h))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * RELEASE and BARRIER requests parked until the releases they cover are
+ * answered: look again.
+ */
+void
+worker_unpark(void)
+{
+	int			i;
+
+	for (i = 0; i < nreqs && nparked > 0; i++)
+	{
+		WorkerReq  *req = &reqs[i];
+
+		if (req->state == REQ_WAITING && req->op != RLOCK_OP_ACQUIRE &&
+			!worker_owner_busy(req, false))
+			worker_make_pending(req);
+	}
+}
+
+bool
+worker_parked(void)
+{
+	return nparked > 0;
+}
+
+/*
+ * Does the worker have acquires waiting for a lock (which keep the command
+ * connection checked)?
+ */
+bool
+worker_requests_waiting(void)
+{
+	return nwaiting > 0;
+}
+
+/*---- sending requests ----*/
+
+/*
+ * A first acquire that may wait, for a lock that requests of this
+ * instance already wait for, joins their line without trying: the lock
+ * is held, and a hand-off or an unlock message will let it try in turn.
+ * Its timer is the lease end the line's latest busy answer gave (at most
+ * rlock.watchdog_timeout away) or its own deadline, so that a missed
+ * wake-up costs time, not a hang; at its deadline it tries once before it
+ * gives up.
+ */
+static bool
+worker_join_line(WorkerReq *req)
+{
+	RlockHold  *h = rlock_hold(req->hold);
+	TimestampTz busy_until;
+	TimestampTz now;
+	TimestampTz retry_at;
+
+	busy_until = rlock_waiters_line(h->key, h->keylen);
+	now = GetCurrentTimestamp();
+	if (busy_until <= now)
+		return false;			/* no line, or the lease may be over */
+	if (req->wait_until != 0 && now >= req->wait_until)
+		return false;			/* may not wait: it tries */
+
+	req->tried = true;
+	req->line_only = true;
+	rlock_waiters_join(worker_slot_of(req), h->key, h->keylen);
+	worker_set_state(req, REQ_WAITING);
+	worker_mark_busy(req);
+	retry_at = Min(busy_until,
+				   TimestampTzPlusMilliseconds(now, rlock_watchdog_timeout));
+	if (req->wait_until != 0)
+		retry_at = Min(retry_at, req->wait_until);
+	worker_timer_set(req, retry_at);
+	return true;
+}
+
+static void
+worker_send_acquire(WorkerReq *req)
+{
+	int			slot = worker_slot_of(req);
+	RlockHold  *h = rlock_hold(req->hold);
+	RlockKindHold kh;
+	RlockArgs  *args;
+	WorkerCmd  *wc;
+	int32		target;
+
+	/* only the worker changes count: no need to read it under the mutex */
+	if (h->count == 0 && !req->tried && worker_join_line(req))
+		return;
+
+	SpinLockAcquire(&h->mutex);
+	Assert(h->count >= 0 && !h->acquiring);
+	target = h->count + 1;
+	kh.owner_id = h->owner_id;
+	h->acquiring = true;
+	SpinLockRelease(&h->mutex);
+	kh.key = h->key;
+	kh.keylen = h->keylen;
+
+	wc = worker_cmd_new(WORKER_CMD_ACQUIRE);
+	wc->slot = slot;
+	wc->seq = req->seq;
+	wc->hold = req->hold;
+	wc->target = target;
+	wc->lease_ms = worker_lease(req->lease_ms);
+	args = worker_args();
+	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh, target,
+									wc->lease_ms, req->want_token);
+	req->wakes_seen = rlock_waiters_wakes(slot);
+	req->releases_seen = worker_releases_sent();
+	req->woken = false;
+	req->tried = true;
+	req->line_only = false;
+	req->last_try_at = GetCurrentTimestamp();
+	worker_set_state(req, REQ_INFLIGHT);
+	if (!worker_cmd_send(rlock_redis_command_conn(), wc, args))
+	{
+		SpinLockAcquire(&h->mutex);
+		h->acquiring = false;
+		SpinLockRelease(&h->mutex);
+		worker_make_pending(req);
+	}
+}
+
+/*
+ * Send the verify script over every entry of the request's owner that
+ * holds something, in batches.  The batches of one sending carry its
+ * number, so that a reply to an earlier sending is never counted.
+ */
+static void
+worker_send_verify(WorkerReq *req)
+{
+	int			pairs[2 * RLOCK_BATCH];
+	const int  *holds;
+	int			nholds;
+	int			kind;
+	int			n;
+	int			i;
+
+	req->attempt++;
+	req->batches = 0;
+	req->lost = 0;
+	worker_set_state(req, REQ_INFLIGHT);
+	nholds = rlock_owners_holds(req->owner_id, &holds);
+	/* a batch is one command of one kind */
+	for (kind = 0; kind < RLOCK_NKINDS; kind++)
+	{
+		n = 0;
+		for (i = 0; i <= nholds; i++)
+		{
+			bool		mine = false;
+
+			if (i < nholds)
+			{
+				RlockHold  *h = rlock_hold(holds[i]);
+
+				SpinLockAcquire(&h->mutex);
+				mine = h->in_use && h->owner_id == req->owner_id &&
+					h->kind == kind && h->count - h->to_release > 0;
+				pairs[2 * n] = holds[i];
+				pairs[2 * n + 1] = (int) h->generation;
+				SpinLockRelease(&h->mutex);
+			}
+			if (mine)
+				n++;
+			if (n == RLOCK_BATCH || (i == nholds && n > 0))
+			{
+				if (!rlock_batch_send(WORKER_CMD_VERIFY, req->lease_ms, pairs,
+									  n, worker_slot_of(req), req->seq,
+									  req->attempt))
+				{
+					worker_make_pending(req);
+					return;
+				}
+				req->batches++;
+				n = 0;
+			}
+		}
+	}
+	if (req->batches == 0)
+		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
+}
+
+/*
+ * Send a request that needs no script: EXISTS or PTTL on its key, or PING
+ * for RELEASE and BARRIER (answered once everything sent before it is).
+ */
+static void
+worker_send_query(WorkerReq *req)
+{
+	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_QUERY);
+	RlockArgs  *args = worker_args();
+
+	switch (req->op)
+	{
+		case RLOCK_OP_EXISTS:
+			rlock_args_cstr(args, "EXISTS");
+			wc->cmd.shape = RLOCK_SHAPE_INTEGER;
+			break;
+		case RLOCK_OP_PTTL:
+			rlock_args_cstr(args, "PTTL");
+			wc->cmd.shape = RLOCK_SHAPE_INTEGER;
+			break;
+		default:
+			rlock_args_cstr(args, "PING");
+			wc->cmd.shape = RLOCK_SHAPE_PONG;
+			break;
+	}
+	if (req->key != NULL)
+		rlock_args_add(args, req->key, req->keylen);
+	wc->slot = worker_slot_of(req);
+	wc->seq = req->seq;
+	wc->hold = req->hold;
+	worker_set_state(req, REQ_INFLIGHT);
+	if (!worker_cmd_send(rlock_redis_command_conn(), wc, args))
+		worker_make_pending(req);
+}
+
+/*
+ * Send every pending request the connection can take now.  A request
+ * waits while an acquire is on the wire for its entry (or, for a BARRIER,
+ * for any entry of its owner): that reply may put releases ahead of it.
+ */
+void
+worker_send_pending(void)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &pending)
+	{
+		WorkerReq  *req = dlist_container(WorkerReq, pending_node, iter.cur);
+
+		if (!rlock_conn_ready(rlock_redis_command_conn()))
+			break;
+		if (req->op == RLOCK_OP_ACQUIRE ?
+			worker_hold_acquiring(req->hold) :
+			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER ||
+			 req->op == RLOCK_OP_VERIFY) &&
+			worker_owner_busy(req, true))
+			continue;
+		dlist_delete(&req->pending_node);
+		worker_timer_cancel(req);
+		if (req->op == RLOCK_OP_ACQUIRE)
+			worker_send_acquire(req);
+		else if (req->op == RLOCK_OP_VERIFY)
+			worker_send_verify(req);
+		else
+			worker_send_query(req);
+	}
+}
+
+/*
+ * The gap a request keeps between tries once it has retried without a
+ * wait RLOCK_QUICK_RETRIES times in a row: doubling from 1 ms, capped.
+ */
+static int
+worker_retry_gap_ms(WorkerReq *req)
+{
+	int			over = req->quick_retries - RLOCK_QUICK_RETRIES;
+
+	if (over < 0)
+		return 0;
+	return over >= 7 ? RLOCK_RETRY_GAP_MAX_MS :
+		Min(1 << over, RLOCK_RETRY_GAP_MAX_MS);
+}
+
+/*
+ * A waiting acquire should try again without waiting: at once, or, when
+ * it has done so too often in a row, after a gap (waiting, so that its
+ * deadline and a wake-up still count).
+ */
+static void
+worker_retry_soon(WorkerReq *req)
+{
+	int			gap = worker_retry_gap_ms(req);
+	TimestampTz at;
+
+	req->quick_retries++;
+	if (gap == 0)
+	{
+		worker_make_pending(req);
+		return;
+	}
+	at = TimestampTzPlusMilliseconds(req->last_try_at, gap);
+	if (req->wait_until != 0)
+		at = Min(at, req->wait_until);
+	if (req->state != REQ_WAITING)
+	{
+		worker_set_state(req, REQ_WAITING);
+		worker_mark_busy(req);
+	}
+	if (req->timer_at == 0 || at < req->timer_at)
+		worker_timer_set(req, at);
+}
+
+/*
+ * A waiting request should try again now.  False if it was not waiting
+ * (its last try is still on the wire, say).  Only moves the request to
+ * the pending list (or, past the quick retries, shortens its timer).
+ */
+bool
+worker_retry(int slot, const char *key, int keylen)
+{
+	WorkerReq  *req = &reqs[slot];
+
+	if (!worker_waiting(slot, key, keylen))
+		return false;
+	req->woken = true;
+	req->handed = (key != NULL);
+	if (req->handed)
+		worker_make_pending(req);	/* the lock is its own: no gap */
+	else
+		worker_retry_soon(req);
+	return true;
+}
+
+/*
+ * Does the request in "slot" wait for a wake-up (neither trying nor about
+ * to)?  With a key, for that key.
+ */
+bool
+worker_waiting(int slot, const char *key, int keylen)
+{
+	WorkerReq  *req = &reqs[slot];
+	RlockHold  *h;
+
+	if (req->state != REQ_WAITING || req->op != RLOCK_OP_ACQUIRE)
+		return false;
+	if (key == NULL)
+		return true;
+	h = rlock_hold(req->hold);
+	return h->keylen == keylen && memcmp(h->key, key, keylen) == 0;
+}
+
+/*---- replies ----*/
+
+/*
+ * Mark an acquire as waiting for the lock, for the views and the process
+ * title.  No wake-up: the backend looks at the mark by itself (see
+ * rlock_wait_for_answer()), so that a request joining a busy key costs no
+ * signal, which on a hot key would come right before the write that hands
+ * the lock on.
+ */
+static void
+worker_mark_busy(WorkerReq *req)
+{
+	RlockSlot  *s = rlock_slot(worker_slot_of(req));
+
+	SpinLockAcquire(&s->mutex);
+	if (s->seq == req->seq && s->state == RLOCK_SLOT_TAKEN)
+		s->busy = true;
+	SpinLockRelease(&s->mutex);
+}
+
+/*
+ * The acquire failed because someone else holds the lock.  Wait for a
+ * wake-up, bounded by the lock's TTL and the caller's deadline.  A lock
+ * without expiry is looked at again every rlock.watchdog_timeout, so that
+ * a missed message cannot make the wait endless.
+ */
+static void
+worker_acquire_busy(WorkerReq *req, int64 pttl)
+{
+	int			slot = worker_slot_of(req);
+	RlockHold  *h = rlock_hold(req->hold);
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz retry_at;
+
+	req->handed = false;		/* someone else has it: their release wakes */
+	if (req->wait_until != 0 && now >= req->wait_until)
+	{
+		worker_complete(req, RLOCK_STATUS_BUSY, 0, NULL);
+		return;
+	}
+
+	rlock_waiters_join(slot, h->key, h->keylen);
+	rlock_waiters_busy_until(slot, h->key, h->keylen,
+							 pttl > 0 ? TimestampTzPlusMilliseconds(now, pttl) :
+							 pttl == -1 ?
+							 TimestampTzPlusMilliseconds(now,
+														 rlock_watchdog_timeout) :
+							 now);	/* the lease is ending: no line */
+	if (rlock_waiters_wakes(slot) != req->wakes_seen ||
+		worker_release_mark(h->key, h->keylen) > req->releases_seen ||
+		pttl == 0 || pttl == -2)
+	{
+		/*
+		 * Woken, or the lock freed here, while the try was on the wire; or
+		 * the lease just ended: try again now.
+		 */
+		worker_retry_soon(req);
+		return;
+	}
+
+	req->quick_retries = 0;
+	worker_set_state(req, REQ_WAITING);
+	worker_mark_busy(req);
+	retry_at = TimestampTzPlusMilliseconds(now, pttl > 0 ? pttl :
+										   rlock_watchdog_timeout);
+	if (req->wait_until != 0)
+		retry_at = Min(retry_at, req->wait_until);
+	worker_timer_set(req, retry_at);
+}
+
+/*
+ * A script Redis no longer had: load the scripts again and retry, a
+ * bounded number of times.  False when the request should rather fail.
+ */
+static bool
+worker_noscript_retry(RlockConn *conn, WorkerReq *req, WorkerCmd *wc)
+{
+	if (req->noscript++ >= RLOCK_NOSCRIPT_RETRIES ||
+		!rlock_scripts_reload(conn, &wc->cmd))
+		return false;
+	worker_make_pending(req);
+	return true;
+}
+
+/*
+ * The reply of an acquire: granted (maybe although the owner's earlier
+ * holds were gone), or busy with the lease left (maybe with the earlier
+ * holds gone).  A lost reply leaves Redis in doubt: the entry's count is
+ * sent again.  An error reply needs no such care: the script fails, if at
+ * all, before its first write.
+ */
+void
+worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+{
+	RlockHold  *h = rlock_hold(wc->hold);
+	WorkerReq  *req;
+	RlockAcquired result;
+	bool		newly_lost = false;
+
+	memset(&result, 0, sizeof(result));
+	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR &&
+		!rlock_kinds[h->kind]->acquire_result(reply, &result))
+	{
+		rlock_conn_fail(conn, "an acquire answered with an unknown status");
+		reply = NULL;			/* as good as lost */
+	}
+
+	SpinLockAcquire(&h->mutex);
+	Assert(h->acquiring);
+	h->acquiring = false;
+	if (result.granted)
+	{
+		h->count = wc->target;
+		rlock_hold_confirm(h, TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+														  wc->lease_ms));
+	}
+	if (result.lost)
+		newly_lost = rlock_hold_mark_lost(h);
+	else if (reply == NULL)
+		h->resync = true;		/* it may have run: restore our count */
+	SpinLockRelease(&h->mutex);
+	if (newly_lost)
+		rlock_count(RLOCK_STAT_LOST, 1);
+	worker_requeue_hold(wc->hold);
+
+	req = worker_current(wc);
+	if (req == NULL)
+	{
+		/* its backend gave up: hand back what Redis granted */
+		if (result.granted)
+			rlock_queue_release(wc->hold, 1, -1, false);
+		else
+			rlock_hold_try_free(wc->hold);
+		return;
+	}
+
+	if (reply == NULL)
+	{
+		worker_note_unanswered(req, wc);
+		worker_make_pending(req);	/* after the resync, on a new connection */
+		return;
+	}
+	req->unanswered_since = 0;
+	if (result.granted)
+	{
+		/* the line now waits for this grant's lease at most */
+		rlock_waiters_busy_until(wc->slot, h->key, h->keylen,
+								 TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+															 wc->lease_ms));
+		req->handed = false;	/* taken: its release will hand it on */
+		if (!worker_answer(wc->slot, req->seq, RLOCK_STATUS_OK, result.value,
+						   NULL))
+			rlock_queue_release(wc->hold, 1, -1, false);
+		worker_forget(req);
+	}
+	else if (reply->type != RLOCK_REPLY_ERROR)
+		worker_acquire_busy(req, result.value);
+	else if (rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT &&
+			 worker_noscript_retry(conn, req, wc))
+		return;
+	else
+		worker_complete_error(req, reply);
+}
+
+/*
+ * The reply to one batch of a VERIFY request.  Lost entries are marked
+ * whatever became of the request; the request is answered, with the number
+ * of holds lost, when the last batch of its latest sending is in.
+ */
+void
+worker_verify_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+{
+	int			lost = rlock_batch_apply(conn, wc, reply, true, NULL);
+	WorkerReq  *req = worker_current(wc);
+
+	if (req == NULL || wc->target != req->attempt)
+		return;
+	if (reply == NULL || (lost < 0 && reply->type != RLOCK_REPLY_ERROR))
+	{
+		worker_note_unanswered(req, wc);
+		worker_make_pending(req);	/* send again on a new connection */
+		return;
+	}
+	req->unanswered_since = 0;
+	if (reply->type == RLOCK_REPLY_ERROR)
+	{
+		if (rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT &&
+			worker_noscript_retry(conn, req, wc))
+			return;
+		worker_complete_error(req, reply);
+		return;
+	}
+	req->lost += lost;
+	if (--req->batches == 0)
+		worker_complete(req, RLOCK_STATUS_OK, req->lost, NULL);
+}
+
+void
+worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+{
+	WorkerReq  *req = worker_current(wc);
+
+	if (req == NULL)
+		return;
+	if (reply == NULL)
+	{
+		worker_note_unanswered(req, wc);
+		worker_make_pending(req);	/* harmless to ask again */
+		return;
+	}
+	req->unanswered_since = 0;
+	if (reply->type == RLOCK_REPLY_ERROR)
+		worker_complete_error(req, reply);
+	else if ((req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER) &&
+			 worker_owner_busy(req, false))
+		worker_set_state(req, REQ_WAITING);	/* a release goes out again */
+	else if (req->op == RLOCK_OP_RELEASE)
+		worker_complete(req, worker_release_status(req->hold), 0, NULL);
+	else if (reply->type == RLOCK_REPLY_INTEGER)
+		worker_complete(req, RLOCK_STATUS_OK, reply->integer, NULL);
+	else
+		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
+}
+
+/*
+ * The command connection went away.  Every request that was pending or
+ * waiting gets rlock.connect_timeout to see it come back: then it tries
+ * again (a waiter re-subscribes and retries), else it fails.
+ */
+void
+worker_requests_conn_lost(void)
+{
+	int			i;
+
+	for (i = 0; i < nreqs; i++)
+	{
+		WorkerReq  *req = &reqs[i];
+
+		if (req->state == REQ_WAITING)
+			worker_make_pending(req);
+		else if (req->state == REQ_PENDING && req->timer_at == 0)
+			worker_timer_set(req,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 rlock_connect_timeout));
+	}
+}
+
+/*---- the ring and the timers ----*/
+
+/*
+ * A slot came off the ring: a new request, or one its backend gave up.
+ */
+void
+worker_take_slot(int slot)
+{
+	RlockSlot  *s = rlock_slot(slot);
+	WorkerReq  *req = &reqs[slot];
+	RlockSlotState state;
+	uint64		seq;
+	WorkerReq	taken;
+	uint32		hold_generation = 0;
+
+	memset(&taken, 0, sizeof(taken));
+	SpinLockAcquire(&s->mutex);
+	s->queued = false;
+	state = s->state;
+	seq = s->seq;
+	if (state == RLOCK_SLOT_PENDING)
+	{
+		s->state = RLOCK_SLOT_TAKEN;
+		taken.op = s->op;
+		taken.owner_id = s->owner_id;
+		taken.hold = s->hold;
+		hold_generation = s->hold_generation;
+		taken.wait_until = s->wait_until;
+		taken.lease_ms = s->lease_ms;
+		taken.want_token = s->want_token;
+		taken.keylen = s->keylen;
+	}
+	SpinLockRelease(&s->mutex);
+
+	/* anything else the worker had for this slot was given up */
+	if (req->state != REQ_NONE &&
+		(state != RLOCK_SLOT_TAKEN || req->seq != seq))
+		worker_forget(req);
+	if (state != RLOCK_SLOT_PENDING)
+		return;
+
+	if (rlock_worker_stopping)
+	{
+		(void) worker_answer(slot, seq, RLOCK_STATUS_SHUTDOWN, 0,
+							 "The rlock background worker is shutting down.");
+		return;
+	}
+
+	if (taken.hold >= 0 && !worker_hold_count_in(taken.hold, hold_generation))
+	{
+		/* the entry is gone, so its backend gave the request up already */
+		(void) worker_answer(slot, seq, RLOCK_STATUS_SHUTDOWN, 0,
+							 "The request was given up.");
+		return;
+	}
+
+	Assert(req->state == REQ_NONE);
+	if (taken.hold >= 0)
+		rlock_owners_note(taken.hold);
+	req->seq = seq;
+	req->op = taken.op;
+	req->owner_id = taken.owner_id;
+	req->hold = taken.hold;
+	req->hold_counted = (taken.hold >= 0);
+	req->wait_until = taken.wait_until;
+	req->lease_ms = taken.lease_ms;
+	req->want_token = taken.want_token;
+	req->keylen = taken.keylen;
+	req->noscript = 0;
+	req->woken = false;
+	req->handed = false;
+	req->tried = false;
+	req->line_only = false;
+	req->unanswered_since = 0;
+	req->quick_retries = 0;
+	req->last_try_at = 0;
+	if (taken.keylen > 0)
+	{
+		/*
+		 * The backend does not touch the key while the slot is TAKEN; if it
+		 * gave the request up meanwhile, the copy is dropped below.
+		 */
+		req->key = MemoryContextAlloc(rlock_worker_context, taken.keylen + 1);
+		memcpy(req->key, s->key, taken.keylen);
+		req->key[taken.keylen] = '\0';
+	}
+	worker_make_pending(req);
+
+	SpinLockAcquire(&s->mutex);
+	if (s->seq != seq || s->state != RLOCK_SLOT_TAKEN)
+		state = RLOCK_SLOT_IDLE;
+	SpinLockRelease(&s->mutex);
+	if (state == RLOCK_SLOT_IDLE)
+		worker_forget(req);
+}
+
+void
+worker_fire_timers(TimestampTz now)
+{
+	while (!pairingheap_is_empty(timers))
+	{
+		WorkerReq  *req = pairingheap_container(WorkerReq, timer_node,
+												pairingheap_first(timers));
+		if (req->timer_at > now)
+			break;
+		worker_timer_cancel(req);
+
+		if (req->state == REQ_PENDING)
+			worker_complete_unreachable(req);
+		else if (req->state == REQ_WAITING)
+		{
+			if (req->wait_until != 0 && now >= req->wait_until &&
+				!req->line_only)
+				worker_complete(req, RLOCK_STATUS_BUSY, 0, NULL);
+			else
+				worker_make_pending(req);	/* a last try, if in line */
+		}
+	}
+}
+
+TimestampTz
+worker_next_timer(void)
+{
+	if (pairingheap_is_empty(timers))
+		return DT_NOEND;
+	return pairingheap_container(WorkerReq, timer_node,
+								 pairingheap_first(timers))->timer_at;
+}
+
+/*
+ * SIGTERM came: answer every request.
+ */
+void
+worker_requests_stop(void)
+{
+	int			i;
+
+	for (i = 0; i < nreqs; i++)
+	{
+		if (reqs[i].state != REQ_NONE)
+			worker_complete(&reqs[i], RLOCK_STATUS_SHUTDOWN, 0,
+							"The rlock background worker exited.");
+	}
+}
