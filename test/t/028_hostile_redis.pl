@@ -1,0 +1,464 @@
+# A Redis that lies, or something on the path that does (a broken proxy,
+# an attacker): a relay in front of a real Redis (RlockTest::Hostile)
+# answers rlock's commands with frames Redis never sends.  For each frame:
+# the postmaster did not restart (a session opened before keeps its
+# backend), the worker kept its pid, the statement that met the frame
+# ended with 08006 within rlock.connect_timeout + rlock.command_timeout,
+# the worker's memory stayed under 64 MB, the commands it sent per second
+# stayed bounded (no hot loop), rlock_status() says what was wrong, and
+# once the relay tells the truth again, locks work.
+
+use strict;
+use warnings;
+
+use Digest::SHA qw(sha1_hex);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use RlockTest;
+use RlockTest::Hostile;
+
+my $redis = RlockTest::Redis->start;
+my $hostile = RlockTest::Hostile->start($redis->port);
+my $node = RlockTest::node('hostile', $redis,
+	connect_timeout => '1s',
+	command_timeout => '1s',
+	conf => [
+		'rlock.port = ' . $hostile->port,
+		'rlock.database = 1',
+		"rlock.watchdog_timeout = '1500ms'",
+		'log_min_messages = warning'
+	]);
+# the locks live in database 1 (so that SELECT is part of the handshake)
+my $db = $redis->connect;
+$db->call('SELECT', 1);
+sub db { return $db->call(@_) }
+
+my $budget = 1 + 1 + 0.5;	# connect + command timeout, and scheduling slack
+my $max_rate = 100;			# commands per second from the worker
+my $max_rss_kb = 64 * 1024;
+
+# the scripts, told apart by their digests
+my %sha;
+for my $name (qw(acquire release renew verify))
+{
+	my $file = ($ENV{TESTDIR} // '.') . "/src/kinds/plain/$name.lua";
+	open(my $fh, '<', $file) or die "$file: $!";
+	local $/;
+	$sha{$name} = sha1_hex(<$fh>);
+}
+my $acquire = qr/^EVALSHA $sha{acquire} /;
+
+my $postmaster = (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
+my $worker = RlockTest::worker_pid($node);
+my $watch = $node->background_psql('postgres');
+my $watch_pid = $watch->query_safe('SELECT pg_backend_pid()');
+
+sub rss_kb
+{
+	open(my $fh, '<', "/proc/$worker/status") or return 0;
+	while (<$fh>)
+	{
+		return $1 if /^VmRSS:\s+(\d+)/;
+	}
+	return 0;
+}
+
+sub timed_psql
+{
+	my ($sql) = @_;
+	my $t0 = time;
+	my ($rc, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return ($rc, $out, $err, time - $t0);
+}
+
+sub last_error
+{
+	return $node->safe_psql('postgres',
+		'SELECT coalesce(last_error, \'\') FROM rlock_status()');
+}
+
+# The instance, the worker and the worker's manners while the relay still
+# lies: commands per second are counted over a window of their own, so a
+# hot loop shows whatever the statement did before.
+sub survived
+{
+	my ($name) = @_;
+	my $window = 1.5;
+	my $c0 = $hostile->commands;
+	my $t0 = time;
+	RlockTest::wait_until(sub { time - $t0 >= $window }, $window + 1);
+	my $rate = ($hostile->commands - $c0) / (time - $t0);
+	my $pid = eval { $watch->query_safe('SELECT pg_backend_pid()') } // '';
+	is($pid, $watch_pid, "$name: no restart of the instance");
+	is((split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0],
+		$postmaster, "$name: same postmaster");
+	is(RlockTest::worker_pid($node), $worker, "$name: the worker survived");
+	cmp_ok(rss_kb(), '<', $max_rss_kb, "$name: the worker stayed under 64 MB");
+	cmp_ok($rate, '<', $max_rate,
+		sprintf("%s: %.0f commands a second, no hot loop", $name, $rate));
+}
+
+# Run $sql against a lying relay set up by $setup; expect $outcome
+# (a pattern for the error, or 'ok'); check that rlock_status() names
+# $why.
+sub attack
+{
+	my (%a) = @_;
+	my $name = $a{name};
+	$hostile->clear;
+	ok(RlockTest::wait_for_redis($node, 10), "$name: rlock works before");
+	$a{before}->() if $a{before};
+	$a{setup}->();
+	my ($rc, $out, $err, $elapsed) = timed_psql($a{sql});
+	if ($a{outcome} eq 'ok')
+	{
+		is($rc, 0, "$name: the statement works") or diag($err);
+		like($out, $a{out}, "$name: and returns what it should")
+		  if $a{out};
+	}
+	else
+	{
+		like($err, $a{outcome}, "$name: the statement fails as it should");
+		cmp_ok($elapsed, '<', $budget,
+			"$name: within connect + command timeout ($elapsed s)");
+	}
+	$a{check}->() if $a{check};
+	if ($a{why})
+	{
+		ok(RlockTest::wait_until(sub { last_error() =~ $a{why} }, 5),
+			"$name: rlock_status() says why")
+		  or diag('last error: ' . last_error());
+	}
+	survived($name);
+	$hostile->clear;
+	ok(RlockTest::wait_for_redis($node, 10),
+		"$name: locks work again once the relay is honest");
+	$a{after}->() if $a{after};
+}
+
+my $e08006 = qr/ERROR:  08006: could not reach Redis/;
+
+#---- the command connection ----
+
+attack(
+	name => 'unsolicited +OK',
+	setup => sub {
+		$hostile->inject('rlock_command', "+OK\r\n");
+		RlockTest::wait_until(sub { last_error() =~ /no command waiting/ }, 5);
+	},
+	sql => "SELECT rlock_try('h:1')",
+	outcome => 'ok',
+	why => qr/a reply with no command waiting for it \(a status of 2 bytes\)/);
+
+attack(
+	name => 'an array of 2147483647 elements',
+	setup => sub { $hostile->replace('rlock_command', $acquire, "*2147483647\r\n") },
+	sql => "SELECT rlock_try('h:2')",
+	outcome => $e08006,
+	why => qr/an array of 2147483647 elements, over the limit/);
+
+attack(
+	name => 'a bulk string that never ends',
+	setup => sub {
+		$hostile->stream('rlock_command', $acquire, "\$999999999999\r\n");
+	},
+	sql => "SELECT rlock_try('h:3')",
+	outcome => $e08006,
+	why => qr/a string of 999999999999 bytes|without a complete reply/);
+
+attack(
+	name => 'arrays nested past the limit',
+	setup => sub {
+		$hostile->replace('rlock_command', $acquire, "*1\r\n" x 5 . ":1\r\n");
+	},
+	sql => "SELECT rlock_try('h:4')",
+	outcome => $e08006,
+	why => qr/arrays nested 5 deep, over the limit of 4/);
+
+attack(
+	name => 'a bad type byte',
+	setup => sub { $hostile->replace('rlock_command', $acquire, "!oops\r\n") },
+	sql => "SELECT rlock_try('h:5')",
+	outcome => $e08006,
+	why => qr/a protocol error/);
+
+# wrong reply types, for every command the worker sends after its
+# handshake (the handshake's own follow)
+attack(
+	name => 'acquire answered with an integer',
+	setup => sub { $hostile->replace('rlock_command', $acquire, ":1\r\n") },
+	sql => "SELECT rlock_try('h:6')",
+	outcome => $e08006,
+	why => qr/a reply of the wrong shape \(an integer\)/);
+
+attack(
+	name => 'acquire answered with an unknown status',
+	setup => sub {
+		$hostile->replace('rlock_command', $acquire, "*2\r\n:9\r\n:9\r\n");
+	},
+	sql => "SELECT rlock_try('h:7')",
+	outcome => $e08006,
+	why => qr/an acquire answered with an unknown status/);
+
+attack(
+	name => 'EXISTS answered with a string',
+	setup => sub {
+		$hostile->replace('rlock_command', qr/^EXISTS /, "\$1\r\nx\r\n");
+	},
+	sql => "SELECT rlock_is_locked('h:8')",
+	outcome => $e08006,
+	why => qr/a reply of the wrong shape \(a string of 1 bytes\)/);
+
+attack(
+	name => 'PTTL answered with an array',
+	setup => sub { $hostile->replace('rlock_command', qr/^PTTL /, "*0\r\n") },
+	sql => "SELECT rlock_ttl('h:9')",
+	outcome => $e08006,
+	why => qr/a reply of the wrong shape \(an array of 0 elements\)/);
+
+attack(
+	name => 'PING answered with an integer',
+	before => sub { $node->safe_psql('postgres', "SELECT rlock_session_try('h:10')") },
+	setup => sub { $hostile->replace('rlock_command', qr/^PING$/, ":1\r\n") },
+	sql => "SELECT rlock_session_try('h:10'); SELECT rlock_release_all()",
+	outcome => $e08006,
+	why => qr/a reply of the wrong shape \(an integer\)/);
+
+{
+	# the release script runs (the relay lies about its reply only), but
+	# the worker cannot know: it sends the release again after each
+	# reconnection, whose reply kills that connection too, until the relay
+	# is honest; meanwhile requests fail
+	my $s = $node->background_psql('postgres');
+	attack(
+		name => 'release answered with an array',
+		before => sub {
+			$s->query_safe("BEGIN; SELECT rlock_try('h:11');");
+		},
+		setup => sub {
+			$hostile->replace('rlock_command', qr/^EVALSHA $sha{release} /,
+				"*2\r\n:1\r\n:1\r\n");
+			$s->query_safe('COMMIT');
+			RlockTest::wait_until(sub { last_error() =~ /wrong shape/ }, 5);
+		},
+		sql => "SELECT rlock_try('h:11b')",
+		outcome => $e08006,
+		why => qr/a reply of the wrong shape \(an array of 2 elements\)/,
+		after => sub {
+			ok(RlockTest::wait_until(sub { !db('EXISTS', 'h:11') }, 10),
+				'nothing is left of the lock');
+		});
+	$s->quit;
+}
+
+attack(
+	name => 'verify answered with too few numbers',
+	setup => sub {
+		$hostile->replace('rlock_command', qr/^EVALSHA $sha{verify} /,
+			"*1\r\n:1\r\n");
+	},
+	sql => "SET rlock.verify_at_commit = always; BEGIN; SELECT rlock_try('h:12'), rlock_try('h:12b'); COMMIT",
+	outcome => $e08006,
+	why => qr/a reply of the wrong shape \(an array of 1 elements\)/);
+
+{
+	my $s = $node->background_psql('postgres');
+	attack(
+		name => 'renewal answered with a status',
+		before => sub { $s->query_safe("SELECT rlock_session_try('h:13')") },
+		setup => sub {
+			$hostile->replace('rlock_command', qr/^EVALSHA $sha{renew} /,
+				"+OK\r\n");
+			RlockTest::wait_until(sub { last_error() =~ /a status of 2 bytes/ }, 5);
+		},
+		sql => "SELECT 1",
+		outcome => 'ok',
+		why => qr/a reply of the wrong shape \(a status of 2 bytes\)/,
+		after => sub {
+			$s->query_safe("SELECT rlock_session_try('h:13b')");
+			my $prev = db('PTTL', 'h:13b');
+			ok( RlockTest::wait_until(
+					sub {
+						my $now = db('PTTL', 'h:13b');
+						my $renewed = $now > $prev + 50;
+						$prev = $now;
+						return $renewed;
+					},
+					5),
+				'renewals resume once the relay is honest');
+		});
+	$s->quit;
+}
+
+# the handshake: a connection that cannot complete it is made again and
+# again, with back-off; requests wait rlock.connect_timeout for it
+for my $case (
+	[ 'SELECT', qr/^SELECT /, ":1\r\n", qr/wrong shape/ ],
+	[ 'CLIENT SETNAME', qr/^CLIENT SETNAME /, ":1\r\n", qr/wrong shape/ ],
+	[ 'INFO', qr/^INFO /, ":1\r\n", qr/wrong shape/ ],
+	[ 'CLIENT ID', qr/^CLIENT ID$/, "+OK\r\n", qr/wrong shape/ ],
+	[ 'CLIENT KILL', qr/^CLIENT KILL /, "\$2\r\nno\r\n", qr/wrong shape/ ],
+	[ 'SCRIPT LOAD', qr/^SCRIPT LOAD /, '$40' . "\r\n" . ('0' x 40) . "\r\n",
+		qr/SCRIPT LOAD of the \w+ script answered with another SHA1/ ],
+	[ 'ROLE', qr/^ROLE$/, "+OK\r\n", qr/wrong shape/ ])
+{
+	my ($what, $pattern, $bytes, $why) = @$case;
+	attack(
+		name => "$what answered wrongly",
+		setup => sub {
+			$hostile->replace('*', $pattern, $bytes);
+			$hostile->drop_all;
+			RlockTest::wait_until(sub { last_error() =~ $why }, 5);
+		},
+		sql => "SELECT rlock_try('h:hs')",
+		outcome => $e08006,
+		why => $why);
+}
+
+#---- bytes that arrive oddly ----
+
+attack(
+	name => 'replies split byte by byte',
+	setup => sub {
+		$hostile->trickle('rlock_command', 1);
+		$hostile->trickle('rlock_subscriber', 1);
+	},
+	sql => "BEGIN; SELECT rlock_try('h:split'), rlock_held('h:split'), rlock_ttl('h:split') IS NOT NULL; COMMIT",
+	outcome => 'ok',
+	out => qr/^t\|1\|t$/m);
+
+{
+	# the acquire runs, its reply is cut: the worker restates the count on
+	# the next connection and sends the acquire again, which must not count
+	# twice
+	my $s = $node->background_psql('postgres');
+	attack(
+		name => 'a connection closed in the middle of a reply',
+		before => sub {
+			# a connection lost after a stable second is made again at once
+			RlockTest::wait_until(
+				sub {
+					$node->safe_psql('postgres',
+						"SELECT connection_since < now() - interval '1.2 s' FROM rlock_status()"
+					) eq 't';
+				},
+				10);
+		},
+		setup => sub {
+			$hostile->close_mid('rlock_command', $acquire, count => 1);
+			is($s->query_safe(
+					"SELECT rlock_session_try('h:mid'), rlock_held('h:mid')"),
+				"t|1", 'the acquire works across the cut');
+		},
+		sql => "SELECT 1",
+		outcome => 'ok',
+		check => sub {
+			my $fields = db('HGETALL', 'h:mid');
+			is(scalar(@$fields), 2, 'one owner in Redis');
+			is($fields->[1], 1,
+				'holding one, not two: the resend restated the count');
+		});
+	$s->quit;
+}
+
+#---- the subscriber connection ----
+
+# A waiter for a lock held elsewhere with a short lease: whatever happens
+# to its subscription, its timer bounded by the lease lets it in.  $rule
+# lies before the waiter comes, $push once it is subscribed.
+sub waiter_case
+{
+	my (%a) = @_;
+	my $name = $a{name};
+	$hostile->clear;
+	ok(RlockTest::wait_for_redis($node, 10), "$name: rlock works before");
+	db('HSET', 'h:sub', 'dead0000-1111-4222-8333-444455556666:1', 1);
+	db('PEXPIRE', 'h:sub', 2000);
+	$a{rule}->() if $a{rule};
+	my $w = $node->background_psql('postgres', on_error_stop => 0);
+	RlockTest::send_query($w, "SELECT rlock_try('h:sub', '5s');");
+	if ($a{push})
+	{
+		ok(RlockTest::wait_for_subscribers($redis, 'h:sub', 1, 5),
+			"$name: the waiter is subscribed");
+		$a{push}->();
+	}
+	my ($out, $err) = RlockTest::collect($w);
+	$w->quit;
+	is($out, 't', "$name: the waiter gets the lock once its lease is over")
+	  or diag($err);
+	if ($a{why})
+	{
+		ok(RlockTest::wait_until(sub { last_error() =~ $a{why} }, 5),
+			"$name: rlock_status() says why")
+		  or diag('last error: ' . last_error());
+	}
+	$a{check}->() if $a{check};
+	survived($name);
+	$hostile->clear;
+	ok(RlockTest::wait_for_redis($node, 10),
+		"$name: locks work again once the relay is honest");
+	$node->safe_psql('postgres', "SELECT rlock_session_try('h:sub'), rlock_session_release('h:sub')");
+}
+
+waiter_case(
+	name => 'an unsolicited +OK after CLIENT SETNAME',
+	rule => sub {
+		$hostile->after('rlock_subscriber', qr/^CLIENT SETNAME /, "+OK\r\n");
+		$hostile->drop_all;
+	},
+	why => qr/a reply with no command waiting for it/);
+
+waiter_case(
+	name => 'a message of one element',
+	push => sub { $hostile->inject('rlock_subscriber', "*1\r\n\$7\r\nmessage\r\n") },
+	why => qr/a published message of an unexpected shape \(an array of 1 elements\)/);
+
+waiter_case(
+	name => 'a message whose channel is an integer',
+	push => sub {
+		$hostile->inject('rlock_subscriber',
+			"*3\r\n\$7\r\nmessage\r\n:5\r\n\$1\r\n0\r\n");
+	},
+	why => qr/a published message of an unexpected shape \(an array of 3 elements\)/);
+
+waiter_case(
+	name => 'a subscribe confirmation whose channel is an integer',
+	rule => sub {
+		$hostile->replace('rlock_subscriber', qr/^SUBSCRIBE /,
+			"*3\r\n\$9\r\nsubscribe\r\n:1\r\n:1\r\n");
+	},
+	why => qr/a reply of the wrong shape \(an array of 3 elements\)/);
+
+waiter_case(
+	name => 'an unsubscribe whose count is not an integer',
+	rule => sub {
+		$hostile->replace('rlock_subscriber', qr/^UNSUBSCRIBE /,
+			"*3\r\n\$11\r\nunsubscribe\r\n\$3\r\nabc\r\n\$1\r\nx\r\n");
+	},
+	why => qr/a reply of the wrong shape \(an array of 3 elements\)/);
+
+{
+	my $before;
+	waiter_case(
+		name => 'a message on a channel never subscribed',
+		push => sub {
+			$before = $hostile->connections('rlock_subscriber');
+			$hostile->inject('rlock_subscriber',
+				"*3\r\n\$7\r\nmessage\r\n\$27\r\nredisson_lock__channel:{zz}\r\n\$1\r\n0\r\n");
+		},
+		check => sub {
+			is($hostile->connections('rlock_subscriber'), $before,
+				'a message on a channel never subscribed is ignored, not a reason to reconnect');
+		});
+}
+
+ok(!grep({ $_ } map { db('EXISTS', $_) } qw(h:1 h:split h:mid h:11)),
+	'nothing left held');
+
+$watch->quit;
+$node->stop;
+$hostile->stop;
+done_testing();
