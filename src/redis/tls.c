@@ -292,6 +292,28 @@ tls_setup(RlockConn *conn)
 }
 
 /*
+ * The server closed the connection.  Right after the TLS handshake, before
+ * answering anything, that is most likely a refused (or missing) client
+ * certificate: with TLS 1.3 the server's alert comes after the handshake,
+ * and may be lost when our first write meets the closed socket.
+ */
+static void
+tls_describe_close(RlockConn *conn)
+{
+	if (conn->state == RLOCK_CONN_SECURING)
+		rlock_conn_set_error(conn,
+							 "server closed the connection during the TLS handshake");
+	else if (conn->state == RLOCK_CONN_HANDSHAKE &&
+			 conn->handshake == (int) conn->sends)
+		rlock_conn_set_error(conn,
+							 conn->server->tls_cert_file[0] == '\0' ?
+							 "server closed the connection right after the TLS handshake (does it require a client certificate? see rlock.tls_cert_file)" :
+							 "server closed the connection right after the TLS handshake (was the client certificate refused?)");
+	else
+		rlock_conn_set_error(conn, "server closed the connection");
+}
+
+/*
  * Say why an OpenSSL call failed, in conn->error.
  */
 static void
@@ -305,14 +327,11 @@ tls_describe_failure(RlockConn *conn, int ssl_error)
 	switch (ssl_error)
 	{
 		case SSL_ERROR_ZERO_RETURN:
-			rlock_conn_set_error(conn, "server closed the TLS connection");
+			tls_describe_close(conn);
 			return;
 		case SSL_ERROR_SYSCALL:
 			if (errno == 0 || errno == ECONNRESET || errno == EPIPE)
-				rlock_conn_set_error(conn,
-									 conn->state == RLOCK_CONN_SECURING ?
-									 "server closed the connection during the TLS handshake" :
-									 "server closed the connection");
+				tls_describe_close(conn);
 			else
 				rlock_conn_set_error(conn, "TLS connection failed: %m");
 			return;
@@ -342,7 +361,7 @@ tls_describe_failure(RlockConn *conn, int ssl_error)
 		rlock_conn_set_error(conn,
 							 "the server requires a client certificate (rlock.tls_cert_file)");
 	else if (reason == SSL_R_UNEXPECTED_EOF_WHILE_READING)
-		rlock_conn_set_error(conn, "server closed the connection");
+		tls_describe_close(conn);
 	else
 		rlock_conn_set_error(conn, "TLS failed: %s", tls_error_text(e));
 }

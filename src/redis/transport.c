@@ -314,17 +314,25 @@ plain_read(RlockConn *conn, char *buf, size_t len)
 
 	if (n > 0)
 		return n;
-	if (n == 0)
-	{
-		rlock_conn_set_error(conn, "server closed the connection");
-		return -1;
-	}
-	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 	{
 		conn->io_want = WL_SOCKET_READABLE;
 		return 0;
 	}
-	rlock_conn_set_error(conn, "could not read from the server: %m");
+
+	/*
+	 * A server that closes a new connection before answering anything is
+	 * most likely a TLS port refusing plain text.
+	 */
+	if (conn->state == RLOCK_CONN_HANDSHAKE && conn->sends > 0 &&
+		conn->handshake == (int) conn->sends &&
+		(n == 0 || errno == ECONNRESET))
+		rlock_conn_set_error(conn,
+							 "server closed the connection before answering (if it requires TLS, set rlock.tls)");
+	else if (n == 0)
+		rlock_conn_set_error(conn, "server closed the connection");
+	else
+		rlock_conn_set_error(conn, "could not read from the server: %m");
 	return -1;
 }
 

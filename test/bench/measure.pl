@@ -5,8 +5,6 @@
 #
 #   latency FILE...                 pgbench per-transaction logs:
 #                                   "count mean_ms p99_ms max_ms"
-#   sha SCRIPTS_C NAME              SHA1 of one of rlock's Lua scripts, as
-#                                   Redis names it for EVALSHA
 #   spin REDIS_PORT CLIENTS SECONDS PG_HOST PG_PORT
 #                                   the spin-lock baseline on one key (SET NX,
 #                                   100 ms sleep when busy), guarding the
@@ -28,7 +26,6 @@
 use strict;
 use warnings;
 
-use Digest::SHA qw(sha1_hex);
 use File::Basename qw(dirname);
 use File::Temp qw(tempdir);
 use IPC::Run qw(start finish timeout);
@@ -70,19 +67,6 @@ if ($cmd eq 'latency')
 	$sum += $_ for @lat;
 	printf "%d %s %s %s\n", scalar @lat, ms(@lat ? $sum / @lat : 0),
 	  ms(pct(0.99, \@lat)), ms(@lat ? $lat[-1] : 0);
-}
-elsif ($cmd eq 'sha')
-{
-	my ($file, $name) = @ARGV;
-	open(my $fh, '<', $file) or die "$file: $!";
-	local $/;
-	my $src = <$fh>;
-	$src =~ /\b\Q$name\E\[\]\s*=\s*(.*?);/s or die "no $name in $file\n";
-	my $body = $1;
-	my $text = '';
-	$text .= $1 while $body =~ /"((?:[^"\\]|\\.)*)"/g;
-	$text =~ s/\\(.)/$1/g;
-	print sha1_hex($text), "\n";
 }
 elsif ($cmd eq 'spin')
 {

@@ -32,16 +32,23 @@ use Test::More;
 use RlockTest::Resp;
 use RlockTest::Redis;
 
-# A PostgreSQL node with rlock preloaded and pointed at a Redis server,
-# started, with the extension created in database "postgres".
+# A PostgreSQL node with rlock preloaded and pointed at a Redis server
+# (over TLS, checking its certificate, when it has a TLS port), started,
+# with the extension created in database "postgres".
 sub node
 {
 	my ($name, $redis, %opt) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init;
+	my @tls;
+	@tls = (
+		"rlock.tls = 'verify-full'",
+		"rlock.tls_ca_file = '" . $redis->certs->{ca} . "'")
+	  if $redis->tls_port;
 	$node->append_conf('postgresql.conf', join("\n",
 		"shared_preload_libraries = 'rlock'",
-		"rlock.port = " . $redis->port,
+		"rlock.port = " . $redis->rlock_port,
+		@tls,
 		"rlock.connect_timeout = " . ($opt{connect_timeout} // '1s'),
 		"rlock.command_timeout = " . ($opt{command_timeout} // '1s'),
 		"log_min_messages = info",

@@ -99,14 +99,14 @@ $node->reload;
 ok( RlockTest::wait_until(
 		sub {
 			my ($rc, $out, $err) = timed_psql("SELECT rlock_try('fault:silent')");
-			$err =~ /08006/ && $err =~ /timed out during the connection handshake/;
+			$err =~ /08006/ && $err =~ /timed out during the (connection|TLS) handshake/;
 		},
 		10),
 	'a silent server fails requests with 08006 once the handshake times out');
 ($rc, $out, $err, $elapsed) = timed_psql("SELECT rlock_try('fault:silent')");
 cmp_ok($elapsed, '<', $budget, "within the deadlines ($elapsed s)");
 is(RlockTest::worker_pid($node), $worker, 'the worker is still there');
-$node->append_conf('postgresql.conf', 'rlock.port = ' . $redis->port);
+$node->append_conf('postgresql.conf', 'rlock.port = ' . $redis->rlock_port);
 $node->reload;
 ok(RlockTest::wait_for_redis($node, 5), 'and back on the real server');
 

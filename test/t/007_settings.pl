@@ -85,7 +85,7 @@ my $other = RlockTest::Redis->start(
 	args => [ '--unixsocket', "$dir/redis.sock", '--unixsocketperm', '700' ]);
 $node->append_conf('postgresql.conf', join("\n",
 	"rlock.host = 'localhost'",
-	"rlock.port = " . $other->port,
+	"rlock.port = " . $other->rlock_port,
 	"rlock.username = ''",
 	"rlock.password_file = ''",
 	"rlock.database = 0", ''));

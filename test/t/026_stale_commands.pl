@@ -22,6 +22,9 @@ use Test::More;
 use RlockTest;
 use RlockTest::Proxy;
 
+plan skip_all => 'the relay reads the plain protocol: not over TLS'
+  if RlockTest::TLS::everywhere();
+
 my $redis = RlockTest::Redis->start;
 my $relay = RlockTest::Proxy->start($redis->port);
 my $node = RlockTest::node('stale', $redis,
@@ -82,7 +85,7 @@ while (1)
 }
 ok(exists $foreign{$last_id},
 	"on the other server a foreign client is client $last_id too");
-$node->append_conf('postgresql.conf', 'rlock.port = ' . $other->port);
+$node->append_conf('postgresql.conf', 'rlock.port = ' . $other->rlock_port);
 $node->reload;
 ok( RlockTest::wait_until(
 		sub { defined $other->client_id('rlock_command') }, 10),

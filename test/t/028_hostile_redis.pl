@@ -18,6 +18,9 @@ use Time::HiRes qw(time usleep);
 use RlockTest;
 use RlockTest::Hostile;
 
+plan skip_all => 'the relay reads the plain protocol: not over TLS'
+  if RlockTest::TLS::everywhere();
+
 my $redis = RlockTest::Redis->start;
 my $hostile = RlockTest::Hostile->start($redis->port);
 my $node = RlockTest::node('hostile', $redis,

@@ -16,22 +16,50 @@ use File::Temp ();
 use POSIX ();
 use Time::HiRes qw(usleep);
 use RlockTest::Resp;
+use RlockTest::TLS;
 
 # Start a redis-server on a free loopback port; options: port, args (list
-# of extra command line arguments).
+# of extra command line arguments), tls (also listen for TLS on a port of
+# its own, with the certificates of RlockTest::TLS: 1, or a hash with
+# auth_clients => 'no' (the default), 'yes' or 'optional').  When the
+# whole suite runs over TLS (RlockTest::TLS::everywhere), every server
+# listens for TLS.  The plain port stays open for the tests' own client.
 sub start
 {
 	my ($class, %opt) = @_;
+	my $tls = $opt{tls} // (RlockTest::TLS::everywhere() ? 1 : undef);
 	my $self = bless {
 		port => $opt{port} // RlockTest::free_port(),
 		args => $opt{args} // [],
 		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
 	}, $class;
+	if ($tls)
+	{
+		my $certs = RlockTest::TLS::certs();
+		$self->{certs} = $certs;
+		$self->{tls_port} = RlockTest::free_port();
+		push @{ $self->{args} },
+		  '--tls-port', $self->{tls_port},
+		  '--tls-cert-file', $certs->{server_crt},
+		  '--tls-key-file', $certs->{server_key},
+		  '--tls-ca-cert-file', $certs->{ca},
+		  '--tls-auth-clients',
+		  (ref $tls ? $tls->{auth_clients} // 'no' : 'no');
+	}
 	$self->_spawn;
 	return $self;
 }
 
 sub port { $_[0]{port} }
+
+# The TLS port, undef without TLS.
+sub tls_port { $_[0]{tls_port} }
+
+# The port rlock should use: the TLS one when there is one.
+sub rlock_port { $_[0]{tls_port} // $_[0]{port} }
+
+# The certificates of a server with TLS.
+sub certs { $_[0]{certs} }
 sub pid { $_[0]{pid} }
 
 sub _spawn
