@@ -46,7 +46,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/holds.c
+ *		src/backend/holds.c
  *
  *-------------------------------------------------------------------------
  */

@@ -16,7 +16,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/request.c
+ *		src/backend/request.c
  *
  *-------------------------------------------------------------------------
  */

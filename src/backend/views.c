@@ -17,7 +17,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/views.c
+ *		src/backend/views.c
  *
  *-------------------------------------------------------------------------
  */

@@ -490,6 +490,7 @@ conn_closed(RlockConn *conn)
 	conn->quiet_drop = false;
 	conn->scripts_loaded_at = 0;
 	conn->scripts_seq = 0;
+	conn->sends = 0;
 
 	while (!dlist_is_empty(&conn->inflight))
 	{

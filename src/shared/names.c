@@ -13,7 +13,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/names.c
+ *		src/shared/names.c
  *
  *-------------------------------------------------------------------------
  */

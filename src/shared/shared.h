@@ -6,7 +6,7 @@
  *		worker's published status, and the names derived from a key.
  *
  * The locking rules for every field are in shared/README.md and at the
- * top of shmem.c.
+ * top of shmem.c (in short).
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -31,7 +31,7 @@
 
 /*
  * What a request asks for.  Releases at transaction end do not use a
- * request: they go through the release ring (see shmem.c).
+ * request: they go through the release ring (see README.md).
  */
 typedef enum RlockOp
 {
@@ -66,7 +66,7 @@ typedef enum RlockStatus
 	RLOCK_STATUS_SHUTDOWN		/* the worker exited before answering */
 } RlockStatus;
 
-/* Life of a request slot; see shmem.c for who moves it where */
+/* Life of a request slot; see README.md for who moves it where */
 typedef enum RlockSlotState
 {
 	RLOCK_SLOT_IDLE,			/* no request, or one the backend gave up */

@@ -8,45 +8,11 @@
  * key buffer of rlock.max_key_length bytes, so both are addressed through
  * rlock_slot() and rlock_hold() rather than as C arrays.
  *
- * Locking protocol.  Only spinlocks are used, each held for a few stores,
- * and never two at a time.
- *
- * - RlockShared.mutex protects worker_latch, worker_pid, cmd_client_id and
- *   cmd_run_id.  The worker sets the first two when it starts and clears
- *   them when it exits; the last two outlive a worker, so the next one can
- *   close the connection of the last (conn.c).
- *
- * - A slot belongs to the backend whose MyBackendId - 1 is its index.  Its
- *   mutex protects state, seq, queued and the result fields.  The backend
- *   writes the request fields while the slot is IDLE (nobody else reads them
- *   then), increments seq and sets PENDING under the mutex; the worker moves
- *   PENDING to TAKEN under the mutex and copies the request out.  The worker
- *   writes the result and sets DONE only if seq still names the request it
- *   took and the state is still TAKEN; otherwise the backend gave up on it.
- *   The backend gives up by setting IDLE (from PENDING or TAKEN), so a late
- *   result can never complete a newer request.
- *
- * - A hold entry is allocated by a backend (rlock_hold_alloc) and belongs to
- *   it while in_use.  Its mutex protects every field but next_free, which
- *   holds_mutex protects together with free_hold.  Backend-written and
- *   worker-written fields are listed in rlock.h; either side may set queued
- *   and push the entry, and only the worker clears queued (when it takes the
- *   entry off the ring).  The worker counts in worker_refs the requests it
- *   works on for an entry, having checked the generation the backend sent
- *   with each.  An entry is freed, by whichever side sees it first, once
- *   the backend no longer pins it and the worker neither works on a request
- *   for it nor has anything left to send or hear about it
- *   (rlock_hold_try_free).  Freeing bumps generation,
- *   which is how a backend notices that an entry it remembers was reused.
- *
- * - RlockRing.mutex protects head, tail and the items.  The ring is FIFO, so
- *   a backend's release queued before its next request reaches Redis first
- *   on the worker's single command connection.
- *
- * - The views read slots and entries under their mutexes.  The key of an
- *   entry is copied outside the mutex and kept only if the generation is
- *   unchanged afterwards (an entry is freed before it is reused).  The
- *   counters are atomics; the worker's status has a change count (stats.c).
+ * Locking protocol: src/shared/README.md, which says which spinlock
+ * protects which field and who may read what when.  In short: spinlocks
+ * only, a few stores each, never two at a time; a slot's sequence number
+ * keeps a late result from completing a newer request; an entry's
+ * generation tells a backend that an entry it remembers was reused.
  *
  * The owner uuid is chosen when shared memory is initialised, so owners
  * from before a crash restart can never be renewed or released by mistake.
@@ -54,7 +20,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/shmem.c
+ *		src/shared/shmem.c
  *
  *-------------------------------------------------------------------------
  */

@@ -20,7 +20,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/stats.c
+ *		src/shared/stats.c
  *
  *-------------------------------------------------------------------------
  */

@@ -21,7 +21,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/owners.c
+ *		src/worker/owners.c
  *
  *-------------------------------------------------------------------------
  */

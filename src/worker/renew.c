@@ -19,7 +19,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/renew.c
+ *		src/worker/renew.c
  *
  *-------------------------------------------------------------------------
  */

@@ -39,7 +39,7 @@
  * Copyright (c) 2026, rlock developers
  *
  * IDENTIFICATION
- *		src/waiters.c
+ *		src/worker/waiters.c
  *
  *-------------------------------------------------------------------------
  */
