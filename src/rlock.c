@@ -258,6 +258,32 @@ rlock_define_settings(void)
 	MarkGUCPrefixReserved("rlock");
 }
 
+#ifdef RLOCK_SANITIZE
+
+/*
+ * The sanitizer runtimes come in with rlock.so (make SANITIZE=1), not
+ * first in the process as they would like, and PostgreSQL overwrites the
+ * environment area their options are read from with the process title;
+ * so a sanitized build carries its options itself.  Reports go to the
+ * server log; the first one ends the process.
+ */
+extern PGDLLEXPORT const char *__asan_default_options(void);
+extern PGDLLEXPORT const char *__ubsan_default_options(void);
+
+const char *
+__asan_default_options(void)
+{
+	return "verify_asan_link_order=0:detect_leaks=0:abort_on_error=1";
+}
+
+const char *
+__ubsan_default_options(void)
+{
+	return "print_stacktrace=1:halt_on_error=1";
+}
+
+#endif							/* RLOCK_SANITIZE */
+
 static void
 rlock_register_worker(void)
 {

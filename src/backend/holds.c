@@ -334,6 +334,34 @@ rlock_local_token(LocalHold *lh)
 }
 
 /*
+ * The runs of an entry add up to its counts, each run holds something,
+ * and an entry with holds is pinned (checked in assert-enabled builds).
+ */
+static void
+rlock_local_check(LocalHold *lh)
+{
+#ifdef USE_ASSERT_CHECKING
+	int32		nsession = 0;
+	int32		nxact = 0;
+	int			i;
+
+	Assert(lh->nruns >= 0 && lh->nruns <= lh->maxruns);
+	for (i = 0; i < lh->nruns; i++)
+	{
+		Assert(lh->runs[i].count > 0);
+		Assert(lh->runs[i].session ==
+			   (lh->runs[i].subid == InvalidSubTransactionId));
+		if (lh->runs[i].session)
+			nsession += lh->runs[i].count;
+		else
+			nxact += lh->runs[i].count;
+	}
+	Assert(nsession == lh->session_count && nxact == lh->xact_count);
+	Assert(lh->pinned || (nsession == 0 && nxact == 0));
+#endif
+}
+
+/*
  * Show the entry's holds in rlock_locks.  Never raises.
  */
 static void
@@ -385,6 +413,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
 	rlock_local_describe(lh, &lease, &renew);
 	rlock_hold_describe(lh->hold, lease, renew);
 	rlock_local_publish(lh);
+	rlock_local_check(lh);
 }
 
 /*
@@ -433,6 +462,7 @@ rlock_local_remove_holds(LocalHold *lh, bool session, SubTransactionId subid,
 	}
 	if (removed > 0)
 		rlock_local_publish(lh);
+	rlock_local_check(lh);
 	return removed;
 }
 

@@ -36,10 +36,18 @@ need_packages() {
 }
 
 # Build rlock in $1 and install it into the PostgreSQL found by pg_config.
+# With SANITIZE=1, with AddressSanitizer, UBSan and rlock's Asserts (and
+# no JIT bitcode); a change of mode rebuilds everything.
 build_and_install() {
-	log "building and installing rlock"
-	make -s -C "$1" >/dev/null
-	make -s -C "$1" install >/dev/null
+	local mode=${SANITIZE:-0} args=()
+	[ "$mode" = 1 ] && args=(SANITIZE=1 with_llvm=no)
+	if [ "$(cat "$1/.build-mode" 2>/dev/null)" != "$mode" ]; then
+		make -s -C "$1" clean >/dev/null
+		echo "$mode" >"$1/.build-mode"
+	fi
+	log "building and installing rlock${args:+ (${args[*]})}"
+	make -s -C "$1" "${args[@]}" >/dev/null
+	make -s -C "$1" "${args[@]}" install >/dev/null
 }
 
 # The user servers run as: ourselves, or (as root) an unprivileged user

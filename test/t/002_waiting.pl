@@ -132,7 +132,7 @@ ok( RlockTest::wait_until(
 		sub { RlockTest::count_waiting($node, $first_pid) == 1 }),
 	'a first session waits for the dying lock');
 my $second = $node->background_psql('postgres');
-my $t0 = time;
+$t0 = time;
 is($second->query_safe("SELECT rlock_try('line:dead', '20 s')"), 't',
 	'a session that joined the line gets the lock once the lease ran out');
 my $took = time - $t0;
