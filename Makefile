@@ -67,7 +67,32 @@ all install installcheck:
 	@exit 1
 endif
 
-.PHONY: test demo bench
+# The reply reader under libFuzzer (test/fuzz/README.md): make fuzz runs
+# it for FUZZ_SECONDS on the corpus; make fuzz-replay runs the corpus once.
+FUZZ_SECONDS ?= 300
+FUZZ_OUT = test/out/fuzz
+FUZZ_CFLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
+	-fno-sanitize-recover=undefined -Wno-ignored-attributes \
+	-D_GNU_SOURCE -DUSE_ASSERT_CHECKING -I src \
+	-I $(shell $(PG_CONFIG) --includedir-server)
+
+$(FUZZ_OUT)/fuzz_reply: test/fuzz/fuzz_reply.c test/fuzz/shims.c \
+		src/redis/reply.c src/redis/redis_int.h src/redis/redis.h
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) \
+		$(shell $(PG_CONFIG) --pkglibdir)/libpgport.a -lhiredis
+
+fuzz: $(FUZZ_OUT)/fuzz_reply
+	rm -rf $(FUZZ_OUT)/corpus $(FUZZ_OUT)/crashes
+	mkdir -p $(FUZZ_OUT)/corpus $(FUZZ_OUT)/crashes
+	$(FUZZ_OUT)/fuzz_reply -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+		-print_final_stats=1 -artifact_prefix=$(FUZZ_OUT)/crashes/ \
+		$(FUZZ_OUT)/corpus test/fuzz/corpus
+
+fuzz-replay: $(FUZZ_OUT)/fuzz_reply
+	$(FUZZ_OUT)/fuzz_reply -runs=0 test/fuzz/corpus 2>&1 | tail -1
+
+.PHONY: test demo bench fuzz fuzz-replay
 test:
 	test/harness/run-tests
 
