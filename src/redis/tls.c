@@ -97,7 +97,8 @@ tls_no_passphrase(char *buf, int size, int rwflag, void *userdata)
 /*
  * The private key file must not be readable by others, as libpq and the
  * server require: owned by us with no group or world access, or owned by
- * root and readable by its group at most.
+ * root and readable by its group at most.  stat() follows a symbolic
+ * link: the file it names is the one checked and read.
  */
 static bool
 tls_check_key_file(RlockConn *conn, const char *path)
@@ -113,6 +114,13 @@ tls_check_key_file(RlockConn *conn, const char *path)
 	if (!S_ISREG(st.st_mode))
 	{
 		rlock_conn_set_error(conn, "private key file \"%s\" is not a regular file",
+							 path);
+		return false;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0)
+	{
+		rlock_conn_set_error(conn,
+							 "private key file \"%s\" must be owned by the server's user or root",
 							 path);
 		return false;
 	}
