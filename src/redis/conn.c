@@ -200,6 +200,7 @@ server_configure(RlockServer *srv)
 	srv->resolved[0] = '\0';
 	srv->resolve_error[0] = '\0';
 	srv->resolve_stale = srv->resolving;
+	srv->tls_unix_logged = false;
 }
 
 static bool
@@ -325,7 +326,10 @@ rlock_redis_reload(void)
 	ereport(LOG,
 			(errmsg("rlock connection settings changed, reconnecting to Redis")));
 	for (i = 0; i < NCONNS; i++)
+	{
+		conns[i]->quiet_drop = true;	/* logged above, not a failure */
 		conn_close(conns[i], "connection settings changed", true);
+	}
 	server_forget_settings(server);
 	server_configure(server);
 	status_dirty = true;
@@ -336,12 +340,23 @@ rlock_redis_reload(void)
 /*---- state of a connection, for the worker ----*/
 
 /*
- * Can the connection take commands now?
+ * Can the connection take a command now: is it up, and is Redis reading
+ * what it was sent?
+ */
+static bool
+conn_writable(RlockConn *conn)
+{
+	return !conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
+		conn->out.len - conn->out_pos <= RLOCK_OUT_MAX;
+}
+
+/*
+ * Can the connection take the worker's commands now?
  */
 bool
 rlock_conn_ready(RlockConn *conn)
 {
-	return conn->state == RLOCK_CONN_READY && !conn->failed;
+	return conn->state == RLOCK_CONN_READY && conn_writable(conn);
 }
 
 /*
@@ -365,8 +380,9 @@ rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
 }
 
 /*
- * The connection cannot be used any more: drop it at the next tick.  The
- * first reason given is the one kept.
+ * The connection cannot be used any more: drop it at the next tick.
+ * Whoever calls this has said why in conn->error (the first reason
+ * given is the one kept: see rlock_conn_violation).
  */
 static void
 conn_mark_failed(RlockConn *conn)
@@ -483,6 +499,9 @@ conn_closed(RlockConn *conn)
 
 	conn_release(conn);
 	conn->state = RLOCK_CONN_DOWN;
+	/* a host name is resolved again for the next connection: DNS may
+	 * point elsewhere now (a failover behind a name) */
+	conn->server->resolved[0] = '\0';
 	if (was_ready)
 		conn->since = now;		/* an outage begins */
 	conn->handshake = 0;
@@ -508,7 +527,7 @@ conn_closed(RlockConn *conn)
 		conn->outage_logged = false;
 		conn->flap_logged = false;
 	}
-	else if (was_ready && conn->ready_logged && !conn->flap_logged)
+	else if (was_ready && conn->ready_logged && !conn->flap_logged && !quiet)
 	{
 		conn->flap_logged = true;
 		ereport(LOG,
@@ -604,16 +623,34 @@ conn_start(RlockConn *conn, TimestampTz now)
 	/* TLS is for TCP: like libpq, a Unix socket never uses it */
 	conn->transport = (srv->tls != RLOCK_TLS_OFF && srv->unix_socket[0] == '\0') ?
 		&rlock_transport_tls : &rlock_transport_plain;
+	if (srv->tls != RLOCK_TLS_OFF && srv->unix_socket[0] != '\0' &&
+		!srv->tls_unix_logged)
+	{
+		srv->tls_unix_logged = true;
+		ereport(LOG,
+				(errmsg("rlock reaches Redis by the Unix socket \"%s\" without TLS",
+						srv->unix_socket),
+				 errdetail("rlock.tls applies to TCP connections only.")));
+	}
 	conn->state = RLOCK_CONN_CONNECTING;
 	conn->handshake = 0;
 	conn->failed = false;
 	conn->io_want = 0;
 	wait_set_stale = true;
 	if (!rlock_socket_open(conn))
-	{
-		srv->resolved[0] = '\0';
 		conn_closed(conn);
-	}
+}
+
+/*
+ * Has this connection sent commands and heard nothing back yet?  A server
+ * that closes it then most likely refused it outright (a TLS port, a
+ * client certificate it wanted).
+ */
+bool
+rlock_conn_unanswered(RlockConn *conn)
+{
+	return conn->state == RLOCK_CONN_HANDSHAKE && conn->sends > 0 &&
+		conn->handshake == (int) conn->sends;
 }
 
 /*
@@ -622,6 +659,8 @@ conn_start(RlockConn *conn, TimestampTz now)
 void
 rlock_conn_became_ready(RlockConn *conn)
 {
+	if (!conn->subscriber)
+		rlock_handshake_publish_id(conn);
 	conn->state = RLOCK_CONN_READY;
 	conn->ready_at = conn->since = GetCurrentTimestamp();
 	status_dirty = true;
@@ -656,7 +695,7 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 	int			len;
 	int			i;
 
-	if (conn->failed || conn->state < RLOCK_CONN_HANDSHAKE)
+	if (!conn_writable(conn))
 		return false;
 	if (format_max < args->argc)
 	{
@@ -734,6 +773,7 @@ conn_compact(RlockConn *conn)
 	memmove(conn->out.data, conn->out.data + conn->out_pos,
 			conn->out.len - conn->out_pos);
 	conn->out.len -= conn->out_pos;
+	conn->out.data[conn->out.len] = '\0';
 	conn->out_pos = 0;
 }
 
@@ -776,6 +816,7 @@ static void
 conn_dispatch(RlockConn *conn, RlockReply *reply)
 {
 	RlockCmd   *cmd;
+	bool		readonly;
 	char		what[64];
 	char		detail[256];
 
@@ -802,7 +843,17 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 	if (!conn->subscriber)
 		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
 							(uint64) GetCurrentTimestamp());
+	readonly = (reply->type == RLOCK_REPLY_ERROR &&
+				strncmp(reply->str, "READONLY", 8) == 0);
 	cmd->done(conn, cmd, reply);
+
+	/*
+	 * The server turned replica (a failover, a DNS name that points
+	 * elsewhere now): connect again, resolving the name afresh, rather
+	 * than be refused every write.
+	 */
+	if (readonly)
+		rlock_conn_give_up(conn, "the server is a read-only replica now");
 }
 
 /*
@@ -833,6 +884,19 @@ conn_read(RlockConn *conn)
 			return;
 		if (!rlock_reader_feed(conn->reader, read_buf, n))
 			break;
+
+		/*
+		 * Every reply ends with CRLF: without a newline in the new bytes
+		 * none can be complete, and asking the parser would make it scan
+		 * everything buffered again (a line dripped in byte by byte would
+		 * cost quadratic time).
+		 */
+		if (memchr(read_buf, '\n', n) == NULL)
+		{
+			if (!rlock_reader_check_pending(conn->reader))
+				break;
+			continue;
+		}
 		while ((rc = rlock_reader_next(conn->reader, &reply)) > 0)
 		{
 			conn_dispatch(conn, reply);
@@ -989,10 +1053,7 @@ conn_tick(RlockConn *conn, TimestampTz now)
 		case RLOCK_CONN_SECURING:
 		case RLOCK_CONN_HANDSHAKE:
 			if (now >= conn->deadline)
-			{
-				srv->resolved[0] = '\0';
 				conn_close(conn, conn_timeout_reason(conn), true);
-			}
 			break;
 		case RLOCK_CONN_READY:
 			if (!dlist_is_empty(&conn->inflight))
@@ -1053,8 +1114,13 @@ conn_next_tick(RlockConn *conn)
 			return conn->deadline;
 		case RLOCK_CONN_READY:
 			if (!dlist_is_empty(&conn->inflight))
-				return TimestampTzPlusMilliseconds(dlist_head_element(RlockCmd, node, &conn->inflight)->sent_at,
+			{
+				RlockCmd   *oldest = dlist_head_element(RlockCmd, node,
+														&conn->inflight);
+
+				return TimestampTzPlusMilliseconds(oldest->sent_at,
 												   rlock_command_timeout);
+			}
 			if (keepalive && !conn->subscriber)
 				return conn_keepalive_at(conn);
 			break;
@@ -1155,6 +1221,7 @@ void
 rlock_redis_wait(long timeout_ms)
 {
 	WaitEvent	events_out[2 + NCONNS];
+	bool		moved[NCONNS];
 	int			nevents;
 	int			i;
 
@@ -1181,9 +1248,12 @@ rlock_redis_wait(long timeout_ms)
 
 	nevents = WaitEventSetWait(wait_set, timeout_ms, events_out,
 							   lengthof(events_out), PG_WAIT_EXTENSION);
+	for (i = 0; i < NCONNS; i++)
+		moved[i] = false;
 	for (i = 0; i < nevents; i++)
 	{
 		RlockConn  *conn = (RlockConn *) events_out[i].user_data;
+		int			j;
 
 		if (events_out[i].events & WL_LATCH_SET)
 		{
@@ -1192,15 +1262,21 @@ rlock_redis_wait(long timeout_ms)
 		}
 		if (conn == NULL || conn->pos != events_out[i].pos || conn->failed)
 			continue;
+		for (j = 0; j < NCONNS; j++)
+			moved[j] |= (conns[j] == conn);
 		conn_io(conn);
 	}
 
-	/* bytes left from the last wake-up, in the reader's way or in TLS */
+	/*
+	 * Bytes left from an earlier wake-up, in the reader's way or inside
+	 * TLS, with no socket event to say so: one pass for each connection
+	 * that had none now.
+	 */
 	for (i = 0; i < NCONNS; i++)
 	{
 		RlockConn  *conn = conns[i];
 
-		if (!conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
+		if (!moved[i] && !conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
 			(conn->read_more ||
 			 (conn->tls != NULL && conn->transport->pending(conn))))
 			conn_io(conn);

@@ -118,7 +118,6 @@ handshake_load_scripts(RlockConn *conn)
 {
 	int			i;
 
-	conn->scripts_loaded_at = GetCurrentTimestamp();
 	for (i = 0; i < rlock_scripts_count(); i++)
 	{
 		RlockArgs  *args = handshake_args_reset();
@@ -136,8 +135,10 @@ handshake_load_scripts(RlockConn *conn)
  * once?  Yes if the scripts were loaded on this connection after "cmd"
  * went out (a resend follows the loads), or if they are loaded now.  No,
  * and the sender retries later or gives up, if the connection is not
- * ready or the scripts were loaded less than a second ago, before "cmd":
- * a server that keeps forgetting them must not make this a loop.
+ * ready or they were loaded again less than a second ago, before "cmd":
+ * a server that keeps forgetting them must not make this a loop.  The
+ * handshake's load does not count: a SCRIPT FLUSH right after a
+ * connection was made is answered like any other.
  */
 bool
 rlock_scripts_reload(RlockConn *conn, const RlockCmd *cmd)
@@ -152,6 +153,7 @@ rlock_scripts_reload(RlockConn *conn, const RlockCmd *cmd)
 		now < TimestampTzPlusMilliseconds(conn->scripts_loaded_at,
 										  RLOCK_RELOAD_INTERVAL_MS))
 		return false;
+	conn->scripts_loaded_at = now;	/* the handshake's load does not count */
 	handshake_load_scripts(conn);
 	return true;
 }
@@ -214,7 +216,8 @@ rlock_handshake_begin(RlockConn *conn)
 		rlock_args_cstr(args, have_password ? password : "");
 		handshake_send(conn, STEP_AUTH, RLOCK_SHAPE_OK, 0);
 		explicit_bzero(password, sizeof(password));
-		/* the builder keeps a copy of the password: wipe it too */
+		/* and the builder's copy (the bytes on their way out stay in the
+		 * connection's memory until it is reset) */
 		explicit_bzero(args->buf.data, args->buf.len);
 	}
 
@@ -236,6 +239,7 @@ rlock_handshake_begin(RlockConn *conn)
 	if (!conn->subscriber)
 	{
 		conn->run_id[0] = '\0';
+		conn->client_id = 0;
 		rlock_redis_status_server("", NULL);
 		args = handshake_args_reset();
 		rlock_args_cstr(args, "INFO");
@@ -344,15 +348,18 @@ handshake_fence(RlockConn *conn)
 }
 
 /*
- * Remember this connection's id, with the server it belongs to, for the
- * fence of the next command connection.
+ * The connection is READY, so its fence was answered: make its id, with
+ * the server it belongs to, the one the next command connection fences.
+ * Published any earlier, a connection that failed between its CLIENT ID
+ * and the fence would leave the connection before it unfenced.
  */
-static void
-handshake_remember_id(RlockConn *conn, int64 id)
+void
+rlock_handshake_publish_id(RlockConn *conn)
 {
 	SpinLockAcquire(&rlock_shared->mutex);
 	/* without the server's name the id cannot be used safely */
-	rlock_shared->cmd_client_id = (conn->run_id[0] != '\0') ? id : 0;
+	rlock_shared->cmd_client_id = (conn->run_id[0] != '\0') ?
+		conn->client_id : 0;
 	strlcpy(rlock_shared->cmd_run_id, conn->run_id,
 			sizeof(rlock_shared->cmd_run_id));
 	SpinLockRelease(&rlock_shared->mutex);
@@ -370,7 +377,7 @@ handshake_warn_fence(RlockConn *conn, const RlockReply *reply)
 		return;
 	fence_warned = true;
 	ereport(LOG,
-			(errmsg("rlock cannot close its earlier connections to Redis at %s on the server side",
+			(errmsg("rlock could not close its earlier connections to Redis at %s on the server side",
 					conn->server->address),
 			 errdetail_internal("%s", reply->str),
 			 errhint("Allow the rlock user INFO, CLIENT ID and CLIENT KILL, or a command that was under way when a connection was given up may still run later.")));
@@ -388,7 +395,7 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
 		if (hc->step == STEP_CLIENT_ID)
-			handshake_remember_id(conn, 0);
+			conn->client_id = 0;
 		if (hc->step == STEP_INFO || hc->step == STEP_CLIENT_ID ||
 			hc->step == STEP_FENCE)
 			handshake_warn_fence(conn, reply);
@@ -406,7 +413,7 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 			handshake_fence(conn);
 			break;
 		case STEP_CLIENT_ID:
-			handshake_remember_id(conn, reply->integer);
+			conn->client_id = reply->integer;
 			break;
 		case STEP_ROLE:
 			if (reply->elements > 0 &&

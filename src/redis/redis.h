@@ -9,9 +9,10 @@
  * only place that knows RESP and the network.  Replies come back through
  * the function each command carries (RlockCmd.done), connection events
  * through the table the worker registers (RlockConnEvents).  Neither may
- * raise an error or close a connection; a reply that makes no sense to
- * the worker is reported with rlock_conn_fail(), and the connection is
- * dropped and made again at the next tick.
+ * close a connection, nor raise an error but for running out of memory
+ * (which ends the worker; the next one restates every count); a reply
+ * that makes no sense to the worker is reported with rlock_conn_fail(),
+ * and the connection is dropped and made again at the next tick.
  *
  * Copyright (c) 2026, rlock developers
  *

@@ -33,6 +33,13 @@
 														 * without a complete
 														 * reply */
 
+/*
+ * Commands are not queued on a connection while more than this is waiting
+ * to be written (a Redis that stopped reading): their senders keep them
+ * for later, as when there is no connection.
+ */
+#define RLOCK_OUT_MAX				(4 * 1024 * 1024)
+
 /*---- reply.c: reading replies within the limits ----*/
 
 typedef enum RlockReaderFault
@@ -73,6 +80,7 @@ extern bool rlock_reader_feed(RlockReader *reader, const char *buf,
 							  size_t len);
 extern int	rlock_reader_next(RlockReader *reader, RlockReply **reply);
 extern size_t rlock_reader_pending(RlockReader *reader);
+extern bool rlock_reader_check_pending(RlockReader *reader);
 extern void rlock_reader_describe_fault(RlockReader *reader, char *buf,
 										size_t size);
 extern void rlock_reply_free(RlockReply *reply);
@@ -100,7 +108,6 @@ typedef enum RlockOpen
  */
 typedef struct RlockTransport
 {
-	const char *name;
 	RlockOpen	(*open) (RlockConn *conn);
 	ssize_t		(*read) (RlockConn *conn, char *buf, size_t len);
 	ssize_t		(*write) (RlockConn *conn, const char *buf, size_t len);
@@ -135,6 +142,7 @@ typedef struct RlockServer
 	char		gai_name[NI_MAXHOST];
 	char		resolved[INET6_ADDRSTRLEN];	/* numeric address, "" if none */
 	char		resolve_error[RLOCK_DETAIL_LEN];
+	bool		tls_unix_logged;	/* said that TLS is not used on the socket */
 } RlockServer;
 
 /* Why a connection was dropped for what Redis sent, logged once each */
@@ -177,6 +185,8 @@ struct RlockConn
 	TimestampTz scripts_loaded_at;	/* when SCRIPT LOAD was last queued */
 	char		run_id[RLOCK_RUN_ID_LEN + 1];	/* of the server, "" if not
 												 * known */
+	int64		client_id;		/* CLIENT ID of this connection, 0 if not
+								 * known */
 
 	/* life cycle */
 	bool		failed;			/* unusable: dropped at the next tick */
@@ -201,6 +211,7 @@ extern void rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
 extern void rlock_conn_violation(RlockConn *conn, RlockViolation why,
 								 const char *detail);
 extern void rlock_conn_give_up(RlockConn *conn, const char *reason);
+extern bool rlock_conn_unanswered(RlockConn *conn);
 extern void rlock_conn_became_ready(RlockConn *conn);
 extern void rlock_redis_status_server(const char *version, const char *role);
 
@@ -208,6 +219,7 @@ extern void rlock_redis_status_server(const char *version, const char *role);
 extern void rlock_handshake_begin(RlockConn *conn);
 extern void rlock_handshake_ask_role(RlockConn *conn);
 extern void rlock_handshake_ping(RlockConn *conn);
+extern void rlock_handshake_publish_id(RlockConn *conn);
 
 /* transport.c */
 extern bool rlock_socket_open(RlockConn *conn);

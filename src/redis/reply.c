@@ -324,6 +324,23 @@ rlock_reader_pending(RlockReader *reader)
 }
 
 /*
+ * Refuse more bytes without a complete reply than the limit allows; for
+ * callers that do not ask for a reply after every feed.  False (and the
+ * fault recorded) if the limit is broken.
+ */
+bool
+rlock_reader_check_pending(RlockReader *reader)
+{
+	if (reader->fault != RLOCK_READER_OK)
+		return false;
+	if (rlock_reader_pending(reader) <= RLOCK_REPLY_MAX_PENDING)
+		return true;
+	reader->fault = RLOCK_READER_PENDING;
+	reader->fault_value = (int64) rlock_reader_pending(reader);
+	return false;
+}
+
+/*
  * Say why a reader failed, for messages.
  */
 void

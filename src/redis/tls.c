@@ -311,8 +311,7 @@ tls_describe_close(RlockConn *conn)
 	if (conn->state == RLOCK_CONN_SECURING)
 		rlock_conn_set_error(conn,
 							 "server closed the connection during the TLS handshake");
-	else if (conn->state == RLOCK_CONN_HANDSHAKE &&
-			 conn->handshake == (int) conn->sends)
+	else if (rlock_conn_unanswered(conn))
 		rlock_conn_set_error(conn,
 							 conn->server->tls_cert_file[0] == '\0' ?
 							 "server closed the connection right after the TLS handshake (does it require a client certificate? see rlock.tls_cert_file)" :
@@ -359,8 +358,9 @@ tls_describe_failure(RlockConn *conn, int ssl_error)
 			rlock_conn_set_error(conn, "certificate verify failed: %s",
 								 X509_verify_cert_error_string(verify));
 	}
-	else if (reason == SSL_R_WRONG_VERSION_NUMBER ||
-			 reason == SSL_R_PACKET_LENGTH_TOO_LONG)
+	else if (conn->state == RLOCK_CONN_SECURING &&
+			 (reason == SSL_R_WRONG_VERSION_NUMBER ||
+			  reason == SSL_R_PACKET_LENGTH_TOO_LONG))
 		rlock_conn_set_error(conn,
 							 "the server does not speak TLS on this port (%s)",
 							 tls_error_text(e));
@@ -483,7 +483,6 @@ tls_close(RlockConn *conn)
 }
 
 const RlockTransport rlock_transport_tls = {
-	"TLS",
 	tls_open,
 	tls_read,
 	tls_write,

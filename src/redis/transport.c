@@ -125,8 +125,10 @@ rlock_resolve_check(RlockServer *srv)
 	srv->resolving = false;
 	if (srv->resolve_stale)
 	{
+		/* the settings changed meanwhile: resolve the new name */
 		if (rc == 0)
 			freeaddrinfo(srv->gai.ar_result);
+		rlock_resolve_start(srv);
 		return;
 	}
 	if (rc != 0)
@@ -324,9 +326,7 @@ plain_read(RlockConn *conn, char *buf, size_t len)
 	 * A server that closes a new connection before answering anything is
 	 * most likely a TLS port refusing plain text.
 	 */
-	if (conn->state == RLOCK_CONN_HANDSHAKE && conn->sends > 0 &&
-		conn->handshake == (int) conn->sends &&
-		(n == 0 || errno == ECONNRESET))
+	if (rlock_conn_unanswered(conn) && (n == 0 || errno == ECONNRESET))
 		rlock_conn_set_error(conn,
 							 "server closed the connection before answering (if it requires TLS, set rlock.tls)");
 	else if (n == 0)
@@ -364,7 +364,6 @@ plain_close(RlockConn *conn)
 }
 
 const RlockTransport rlock_transport_plain = {
-	"plain",
 	plain_open,
 	plain_read,
 	plain_write,

@@ -63,7 +63,7 @@ cmp_ok($redis->cmd('PTTL', 'stale:b'), '>', 3_000_000,
 ok( RlockTest::wait_until(
 		sub {
 			slurp_file($node->logfile) =~
-			  /rlock cannot close its earlier connections to Redis/;
+			  /rlock could not close its earlier connections to Redis/;
 		},
 		5),
 	'which the worker warned about in the log');
