@@ -289,7 +289,12 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		released = rlock_kinds[h->kind]->release_result(reply);
 		if (released == RLOCK_RELEASED_INVALID)
 		{
-			rlock_conn_fail(conn, "a release answered with an unknown status");
+			char		what[64];
+
+			snprintf(what, sizeof(what),
+					 "a release of a %s lock answered with an unknown status",
+					 rlock_kinds[h->kind]->name);
+			rlock_conn_fail(conn, what);
 			reply = NULL;		/* as good as lost */
 		}
 	}

@@ -91,6 +91,7 @@ rlock_batch_send(WorkerCmdType type, int64 arg_ms, const int *pairs, int n,
 							 arg_ms, holds, n);
 	pfree(holds);
 
+	wc->kind = kind;
 	wc->slot = slot;
 	wc->seq = seq;
 	wc->target = tag;
@@ -140,14 +141,19 @@ rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
 		*extended = 0;
 	if (reply == NULL || reply->type == RLOCK_REPLY_ERROR)
 		return -1;
-	kind = rlock_kinds[rlock_hold(wc->holds[0])->kind];
+	kind = rlock_kinds[wc->kind];
 	for (i = 0; i < wc->nholds; i++)
 	{
 		bool		held;
 
 		if (!kind->batch_result(reply, i, &held))
 		{
-			rlock_conn_fail(conn, "a batch answered with an unknown status");
+			char		what[64];
+
+			snprintf(what, sizeof(what),
+					 "a batch of %s locks answered with an unknown status",
+					 kind->name);
+			rlock_conn_fail(conn, what);
 			return -1;
 		}
 	}
@@ -256,8 +262,9 @@ rlock_renew_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		}
 		else
 			ereport(WARNING,
-					(errmsg("Redis refused to renew the leases of %d locks",
-							wc->nholds),
+					(errmsg_plural("Redis refused to renew the lease of %d lock",
+								   "Redis refused to renew the leases of %d locks",
+								   wc->nholds, wc->nholds),
 					 errdetail_internal("%s", reply->str)));
 		return;
 	}

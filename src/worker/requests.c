@@ -5,7 +5,9 @@
  *		waiting, answered.
  *
  * A request moves PENDING -> INFLIGHT -> done, or, when the lock is busy
- * and time remains, INFLIGHT -> WAITING -> PENDING -> INFLIGHT ...  A
+ * and time remains, INFLIGHT -> WAITING -> PENDING -> INFLIGHT ...; an
+ * acquire that joins the line of local waiters goes PENDING -> WAITING
+ * without a try.  A
  * waiting request is retried when an unlock message arrives on its
  * channel, when the subscription is confirmed, or when its timer fires:
  * after min(remaining TTL, remaining wait), as Redisson does.  RELEASE and
@@ -25,7 +27,9 @@
  * the worker: a request whose commands Redis has not answered for
  * rlock.command_timeout + rlock.connect_timeout, across reconnections,
  * fails with a connection error (the clock starts when the first command
- * that went unanswered was sent, and stops at any answer); and a request
+ * that went unanswered was sent, and stops at any answer; a resend on the
+ * wire at the deadline is given up like a request its backend left, its
+ * late grant handed back); and a request
  * told to retry at once again and again (a lease that is always just
  * ending, a flood of unlock messages) is slowed down after a few such
  * retries, up to RLOCK_RETRY_GAP_MAX_MS between tries.
@@ -88,6 +92,9 @@ typedef struct WorkerReq
 	pairingheap_node timer_node;
 	dlist_node	pending_node;
 } WorkerReq;
+
+/* The longest a busy answer's lease is believed: one day */
+#define RLOCK_MAX_TTL_MS		(INT64CONST(24) * 3600 * 1000)
 
 /* Retry a request whose script Redis had lost at most this often */
 #define RLOCK_NOSCRIPT_RETRIES	2
@@ -227,6 +234,18 @@ worker_make_pending(WorkerReq *req)
 		worker_timer_cancel(req);
 	else
 		worker_timer_set(req, at);
+}
+
+/*
+ * An answer came for the request: the clock of unanswered commands stops,
+ * and so does the deadline it set for the command on the wire.
+ */
+static void
+worker_note_answered(WorkerReq *req)
+{
+	req->unanswered_since = 0;
+	if (req->state == REQ_INFLIGHT)
+		worker_timer_cancel(req);
 }
 
 /*
@@ -388,9 +407,9 @@ worker_complete_unreachable(WorkerReq *req)
 
 	if (req->unanswered_since != 0 && rlock_conn_ready(conn))
 		snprintf(detail, sizeof(detail),
-				 "Redis at %s did not answer within rlock.command_timeout + rlock.connect_timeout (%d ms).",
+				 "Redis at %s did not answer within rlock.command_timeout + rlock.connect_timeout (" INT64_FORMAT " ms).",
 				 rlock_redis_address(),
-				 rlock_command_timeout + rlock_connect_timeout);
+				 (int64) rlock_command_timeout + rlock_connect_timeout);
 	else
 		snprintf(detail, sizeof(detail),
 				 "No usable connection to Redis at %s: %s.",
@@ -703,7 +722,8 @@ worker_send_pending(void)
 			worker_owner_busy(req, true))
 			continue;
 		dlist_delete(&req->pending_node);
-		worker_timer_cancel(req);
+		/* a resend has the rest of the request's deadline, if any */
+		worker_timer_set(req, worker_unanswered_deadline(req));
 		if (req->op == RLOCK_OP_ACQUIRE)
 			worker_send_acquire(req);
 		else if (req->op == RLOCK_OP_VERIFY)
@@ -831,6 +851,18 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	TimestampTz retry_at;
 
 	req->handed = false;		/* someone else has it: their release wakes */
+
+	/*
+	 * Redis's number, whatever it is, must not overflow a timestamp: a
+	 * lease longer than a day is looked at again after a day, and a
+	 * negative one Redis never gives (-1: no expiry, -2: no key) counts as
+	 * ending now, whose retries the quick-retry gap bounds.
+	 */
+	if (pttl > RLOCK_MAX_TTL_MS)
+		pttl = RLOCK_MAX_TTL_MS;
+	else if (pttl < -2)
+		pttl = 0;
+
 	if (req->wait_until != 0 && now >= req->wait_until)
 	{
 		worker_complete(req, RLOCK_STATUS_BUSY, 0, NULL);
@@ -899,7 +931,12 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR &&
 		!rlock_kinds[h->kind]->acquire_result(reply, &result))
 	{
-		rlock_conn_fail(conn, "an acquire answered with an unknown status");
+		char		what[64];
+
+		snprintf(what, sizeof(what),
+				 "an acquire of a %s lock answered with an unknown status",
+				 rlock_kinds[h->kind]->name);
+		rlock_conn_fail(conn, what);
 		reply = NULL;			/* as good as lost */
 	}
 
@@ -938,7 +975,7 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_make_pending(req);	/* after the resync, on a new connection */
 		return;
 	}
-	req->unanswered_since = 0;
+	worker_note_answered(req);
 	if (result.granted)
 	{
 		/* the line now waits for this grant's lease at most */
@@ -979,7 +1016,7 @@ worker_verify_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_make_pending(req);	/* send again on a new connection */
 		return;
 	}
-	req->unanswered_since = 0;
+	worker_note_answered(req);
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
 		if (rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT &&
@@ -1006,7 +1043,7 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_make_pending(req);	/* harmless to ask again */
 		return;
 	}
-	req->unanswered_since = 0;
+	worker_note_answered(req);
 	if (reply->type == RLOCK_REPLY_ERROR)
 		worker_complete_error(req, reply);
 	else if ((req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER) &&
@@ -1150,8 +1187,8 @@ worker_fire_timers(TimestampTz now)
 			break;
 		worker_timer_cancel(req);
 
-		if (req->state == REQ_PENDING)
-			worker_complete_unreachable(req);
+		if (req->state == REQ_PENDING || req->state == REQ_INFLIGHT)
+			worker_complete_unreachable(req);	/* its deadline passed */
 		else if (req->state == REQ_WAITING)
 		{
 			if (req->wait_until != 0 && now >= req->wait_until &&

@@ -47,6 +47,7 @@
 
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "worker/worker_int.h"
 
@@ -68,6 +69,8 @@ typedef struct WaitGroup
 	uint64		sent;			/* number of the latest (UN)SUBSCRIBE */
 	int			echoes;			/* unlock messages of our own hand-offs
 								 * still to come */
+	TimestampTz refused_at;		/* Redis refused its SUBSCRIBE then, 0 if
+								 * not */
 	TimestampTz busy_until[2];	/* the lock's lease end, as the latest busy
 								 * answer or local grant told (0: not
 								 * known); [1] for a key with a brace */
@@ -269,9 +272,30 @@ rlock_waiters_busy_until(int slot, const char *key, int keylen,
 		g->busy_until[WAITERS_VARIANT(key, keylen)] = until;
 }
 
+/* A channel whose SUBSCRIBE Redis refused is asked again this often */
+#define WAITERS_RESUBSCRIBE_MS	1000
+
+/*
+ * Subscribe a group that is not (or no longer) subscribing, unless Redis
+ * refused it less than a second ago: an ACL that forbids the channel must
+ * not be asked at every retry, but one that allows it again must be.
+ */
+static void
+waiters_subscribe_if_due(WaitGroup *g)
+{
+	if (g->state != SUB_NONE && g->state != SUB_UNSUBSCRIBING)
+		return;
+	if (g->refused_at != 0 &&
+		GetCurrentTimestamp() <
+		TimestampTzPlusMilliseconds(g->refused_at, WAITERS_RESUBSCRIBE_MS))
+		return;
+	waiters_subscribe(g);
+}
+
 /*
  * The request in "slot" waits for the lock "key": put it in the key's
- * group, subscribing if it is the first.  Does nothing if it is already in.
+ * group, subscribing if it is the first.  If it is in already, subscribe
+ * again a group whose subscription Redis refused a while ago.
  */
 void
 rlock_waiters_join(int slot, const char *key, int keylen)
@@ -283,7 +307,10 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 	int			len;
 
 	if (w->group != NULL)
+	{
+		waiters_subscribe_if_due(w->group);
 		return;
+	}
 
 	len = rlock_channel_name(channel_buf, key, keylen);
 	k.data = channel_buf;
@@ -301,14 +328,14 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->wakes = 0;
 		g->sent = 0;
 		g->echoes = 0;
+		g->refused_at = 0;
 		g->busy_until[0] = g->busy_until[1] = 0;
 	}
 
 	w->group = g;
 	dlist_push_tail(&g->waiters, &w->node);
 	g->nwaiters++;
-	if (g->state == SUB_NONE || g->state == SUB_UNSUBSCRIBING)
-		waiters_subscribe(g);
+	waiters_subscribe_if_due(g);
 }
 
 /*
@@ -407,8 +434,10 @@ rlock_waiters_echo_cancel(const char *key, int keylen)
  * A subscribe or unsubscribe confirmation: [kind, channel, count] (the
  * connection checked the shape).  It must name the channel of the group
  * it was sent for, which lives at least as long as the connection has a
- * command for it in flight.  An error (an ACL refusing SUBSCRIBE, say)
- * leaves the group as it is: its waiters keep their TTL-bounded timers.
+ * command for it in flight.  A refused SUBSCRIBE (an ACL without the
+ * channel) leaves the group unsubscribed: its waiters keep their
+ * TTL-bounded timers, and their next retry after a second subscribes
+ * again.
  */
 void
 rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
@@ -416,9 +445,19 @@ rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	WaitGroup  *g;
 	const RlockReply *channel;
 
-	if (reply == NULL || reply->type == RLOCK_REPLY_ERROR)
+	if (reply == NULL)
 		return;
 	g = (WaitGroup *) wc->group;
+	if (reply->type == RLOCK_REPLY_ERROR)
+	{
+		if (wc->type == WORKER_CMD_SUBSCRIBE && wc->seq == g->sent &&
+			g->state == SUB_SUBSCRIBING)
+		{
+			g->refused_at = GetCurrentTimestamp();
+			waiters_set_state(g, SUB_NONE);
+		}
+		return;
+	}
 	channel = reply->element[1];
 	if (channel->type != RLOCK_REPLY_STRING ||
 		channel->len != g->channel.len ||

@@ -48,6 +48,7 @@ typedef struct WorkerCmd
 	int64		lease_ms;		/* ACQUIRE, RELEASE, RENEW: lease sent;
 								 * VERIFY: the margin */
 	int			handoff;		/* RELEASE: RLOCK_HANDED_OFF* */
+	RlockKind	kind;			/* RENEW, VERIFY: of every entry in the batch */
 	int			nholds;			/* RENEW, VERIFY: entries in the batch */
 	int		   *holds;			/* RENEW, VERIFY: entry and generation pairs */
 	void	   *group;			/* (UN)SUBSCRIBE: the waiters' group */

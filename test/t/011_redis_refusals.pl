@@ -1,8 +1,10 @@
 # Redis saying no: its script cache flushed (renewals go on, a release
-# still reports the truth), busy with another client's script (a refused
-# release is sent again), a lock that has no expiry (waiters look again),
-# and an ACL user that may not SUBSCRIBE (no reconnection storm, waiters
-# are still served).
+# still reports the truth, a flush right after a new connection is
+# survived), busy with another client's script (a refused release is sent
+# again), a lock that has no expiry (waiters look again), an ACL user that
+# may not SUBSCRIBE (no reconnection storm, waiters are still served, and
+# once the ACL allows it, waiters subscribe again), and a primary that
+# turned replica (READONLY: the worker connects again).
 
 use strict;
 use warnings;
@@ -11,6 +13,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use Time::HiRes qw(time);
 
 my $redis = RlockTest::Redis->start(args => [ '--busy-reply-threshold', '100' ]);
 my $node = RlockTest::node('refusals', $redis,
@@ -39,6 +42,30 @@ my ($out) = $s->query("SELECT rlock_session_release('ref:lost')");
 is($out, 'f', 'a release resent after SCRIPT FLUSH reports the lost lock');
 like($s->{stderr}, qr/was no longer held in Redis/, 'with the warning');
 $s->{stderr} = '';
+
+# SCRIPT FLUSH right after a new connection loaded the scripts: the
+# reload that follows NOSCRIPT is not refused as "too soon" (only reloads
+# count toward the one-a-second bound, not the handshake's own load)
+for my $i (1 .. 3)
+{
+	my $id = $redis->client_id('rlock_command');
+	$redis->cmd('CLIENT', 'KILL', 'ID', $id);
+	ok( RlockTest::wait_until(
+			sub {
+				my $new = $redis->client_id('rlock_command');
+				defined $new && $new != $id
+				  && $node->safe_psql('postgres',
+					'SELECT command_connection FROM rlock_status()') eq 'ready';
+			},
+			10),
+		"a new command connection ($i)");
+	$redis->cmd('SCRIPT', 'FLUSH');
+	my ($rc, $got, $err) =
+	  $node->psql('postgres', "SELECT rlock_try('ref:fresh$i')");
+	is("$rc $got", '0 t',
+		"a lock taken after SCRIPT FLUSH on a fresh connection ($i)")
+	  or diag($err);
+}
 
 # Redis busy running another client's script: the release at commit is
 # refused, and sent again (the check before the commit, which would fail
@@ -100,6 +127,77 @@ cmp_ok($made, '<', 15,
 	"while waiting, the worker reconnected with back-off ($made connections)");
 my $lines = () = slurp_file($n2->logfile) =~ /subscriber connection/g;
 cmp_ok($lines, '<=', 5, "and logged it a few times, not each time ($lines)");
+
+# once the ACL allows SUBSCRIBE, a key whose SUBSCRIBE was refused gets
+# its subscription at the next waiter that comes a second or more after
+# the refusal (the refusal is not remembered for ever), and the unlock
+# message wakes both waiters: the lease is far longer than their wait, so
+# nothing else could
+$acl->cmd('HSET', 'ref:acl2', $foreign, 1);
+$acl->cmd('PEXPIRE', 'ref:acl2', 600_000);
+my $w1 = $n2->background_psql('postgres', on_error_stop => 0);
+RlockTest::send_query($w1, "SELECT rlock_try('ref:acl2', '60 s');");
+ok( RlockTest::wait_until(
+		sub {
+			$n2->safe_psql('postgres', 'SELECT waiting FROM rlock_status()') == 1;
+		},
+		10),
+	'a waiter whose SUBSCRIBE is refused');
+my $refused = time;
+$acl->cmd('ACL', 'SETUSER', 'nosub', 'allchannels');
+RlockTest::wait_until(sub { time > $refused + 1.2 }, 5);
+my $w2 = $n2->background_psql('postgres', on_error_stop => 0);
+RlockTest::send_query($w2, "SELECT rlock_try('ref:acl2', '60 s');");
+ok(RlockTest::wait_for_subscribers($acl, 'ref:acl2', 1, 10),
+	'once SUBSCRIBE is allowed, the next waiter subscribes the key');
+$acl->cmd('DEL', 'ref:acl2');
+$acl->cmd('PUBLISH', 'redisson_lock__channel:{ref:acl2}', '0');
+is(join(' ', (RlockTest::collect($w1))[0], (RlockTest::collect($w2))[0]),
+	't t', 'and the unlock message wakes the waiters, who take the lock in turn');
+$w1->quit;
+$w2->quit;
+$n2->stop;
+
+# a primary that turned replica (a failover; a DNS name now pointing
+# elsewhere): a write is refused with READONLY, which reaches the session
+# as 58000, and the worker connects again instead of keeping a connection
+# every write of which would be refused
+my $old = RlockTest::Redis->start;
+my $new = RlockTest::Redis->start;
+my $n3 = RlockTest::node('readonly', $old);
+$old->cmd('REPLICAOF', '127.0.0.1', $new->port);
+ok( RlockTest::wait_until(
+		sub {
+			$old->cmd('ROLE')->[0] eq 'slave'
+			  && $n3->safe_psql('postgres', "SELECT rlock_is_locked('ref:ro')")
+			  eq 'f';
+		},
+		10),
+	'the server is a replica now, and still answers reads');
+my $reconnects = reconnects($n3);
+my ($rc, $ro_out, $err) = $n3->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT rlock_try('ref:ro')");
+like($err, qr/ERROR:  58000: .*\n.*READONLY You can't write/,
+	'a lock on a replica fails with 58000 and Redis\'s text');
+ok(RlockTest::wait_until(sub { reconnects($n3) > $reconnects }, 10),
+	'and the worker made a new command connection');
+ok( RlockTest::wait_until(
+		sub {
+			$n3->safe_psql('postgres',
+				"SELECT command_connection || ' ' || redis_role FROM rlock_status()"
+			) eq 'ready slave';
+		},
+		10),
+	'rlock_status() shows the role of the server');
+$old->cmd('REPLICAOF', 'NO', 'ONE');
+ok(RlockTest::wait_for_redis($n3, 10), 'once it is a primary again, locks work');
+$n3->stop;
+
+sub reconnects
+{
+	my ($n) = @_;
+	return $n->safe_psql('postgres', 'SELECT reconnects FROM rlock_stats()');
+}
 
 sub info_connections
 {

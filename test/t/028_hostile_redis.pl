@@ -203,7 +203,45 @@ attack(
 	},
 	sql => "SELECT rlock_try('h:7')",
 	outcome => $e08006,
-	why => qr/an acquire answered with an unknown status/);
+	why => qr/an acquire of a plain lock answered with an unknown status/);
+
+# busy for longer than any timestamp holds: the waiter waits out its own
+# wait, neither retrying at once (a time that wrapped into the past) nor
+# for ever; and a negative lease, which Redis never gives, does not make
+# it retry in a hot loop either
+for my $pttl ('9223372036854775807', '-5')
+{
+	my $t0;
+	attack(
+		name => "acquire answered busy for $pttl ms",
+		setup => sub {
+			$hostile->replace('rlock_command', $acquire,
+				"*2\r\n:0\r\n:$pttl\r\n");
+		},
+		sql => "SELECT rlock_try('h:ttl', '1500 ms')",
+		outcome => 'ok',
+		out => qr/^f$/,
+		check => sub {
+			my $c0 = $hostile->commands;
+			my $t1 = time;
+			my ($rc, $out) = timed_psql("SELECT rlock_try('h:ttl', '1500 ms')");
+			my $rate = ($hostile->commands - $c0) / (time - $t1);
+			is($out, 'f', "busy for $pttl ms: the wait ends");
+			cmp_ok($rate, '<', $max_rate,
+				sprintf('busy for %s ms: %.0f commands a second while waiting',
+					$pttl, $rate));
+		});
+}
+
+# a reply that never comes, on a connection that stays open: the request
+# fails once its commands went unanswered for command_timeout +
+# connect_timeout, across the reconnection and resend in between, and the
+# session is told that Redis did not answer
+attack(
+	name => 'an acquire never answered',
+	setup => sub { $hostile->replace('rlock_command', $acquire, '') },
+	sql => "SELECT rlock_try('h:mute')",
+	outcome => qr/ERROR:  08006: could not reach Redis for lock "h:mute"\n.*DETAIL:  Redis at [^\n]* did not answer within rlock.command_timeout \+ rlock.connect_timeout \(2000 ms\)/s);
 
 attack(
 	name => 'EXISTS answered with a string',
