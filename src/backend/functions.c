@@ -142,7 +142,7 @@ rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno)
 
 	if (us < 0)
 		return 0;
-	return (us + 999) / 1000;
+	return us / 1000 + (us % 1000 != 0);	/* rounded up, without overflow */
 }
 
 /*
@@ -222,6 +222,8 @@ rlock_ttl(PG_FUNCTION_ARGS)
 	/* -2: no such key; -1: a key without expiry */
 	if (value < 0)
 		PG_RETURN_NULL();
+	/* Redis's number, whatever it is, must not overflow the interval */
+	value = Min(value, PG_INT64_MAX / 1000);
 	result = (Interval *) palloc0(sizeof(Interval));
 	result->time = value * 1000;
 	PG_RETURN_INTERVAL_P(result);

@@ -27,8 +27,8 @@
 /*
  * Write a name Redisson derives from a lock key into buf: the prefix, then
  * the key in braces, or as it is when it contains "{" already.  buf must
- * have room for RLOCK_DERIVED_MAXLEN(prefix, keylen) bytes.  Returns the
- * length.
+ * have room for RLOCK_CHANNEL_MAXLEN(keylen) bytes (the longer prefix).
+ * Returns the length.
  */
 static int
 rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
