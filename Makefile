@@ -90,7 +90,10 @@ fuzz: $(FUZZ_OUT)/fuzz_reply
 		$(FUZZ_OUT)/corpus test/fuzz/corpus
 
 fuzz-replay: $(FUZZ_OUT)/fuzz_reply
-	$(FUZZ_OUT)/fuzz_reply -runs=0 test/fuzz/corpus 2>&1 | tail -1
+	@$(FUZZ_OUT)/fuzz_reply -runs=0 -artifact_prefix=$(FUZZ_OUT)/ \
+		test/fuzz/corpus >$(FUZZ_OUT)/replay.log 2>&1 || \
+		{ cat $(FUZZ_OUT)/replay.log; exit 1; }
+	@tail -1 $(FUZZ_OUT)/replay.log
 
 .PHONY: test demo bench fuzz fuzz-replay
 test:
