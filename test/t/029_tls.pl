@@ -5,7 +5,8 @@
 # checks nothing); a server that requires client certificates, with and
 # without one, and a key file others can read; plain TCP against the TLS
 # port and TLS against the plain port; keys and messages larger than a
-# TLS record; a restart of Redis.  Every failure says what failed, in the
+# TLS record; a Unix socket (no TLS there, and the log says so); a
+# restart of Redis.  Every failure says what failed, in the
 # 08006 detail and in rlock_status(), and never shows a secret.
 
 use strict;
@@ -179,6 +180,25 @@ reconf(port => $redis->port, tls => 'verify-full');
 refused('TLS against the plain port',
 	qr/timed out during the TLS handshake \(does the server speak TLS on this port\?\)/
 );
+
+#---- a Unix socket: TLS does not apply, as with libpq's sslmode ----
+
+my $sockdir = PostgreSQL::Test::Utils::tempdir;
+my $local = RlockTest::Redis->start(tls => 0,
+	args => [ '--unixsocket', "$sockdir/redis.sock", '--unixsocketperm', '700' ]);
+reconf(unix_socket => "$sockdir/redis.sock");
+works('a Unix socket with rlock.tls set');
+ok(defined $local->client_id('rlock_command'),
+	'the command connection is to the server on that socket');
+ok( RlockTest::wait_until(
+		sub {
+			slurp_file($node->logfile) =~
+			  m{rlock reaches Redis by the Unix socket "\Q$sockdir\E/redis.sock" without TLS};
+		},
+		5),
+	'and the log says that TLS is not used there');
+reconf(unix_socket => '');
+$local->stop;
 
 #---- a restart ----
 
