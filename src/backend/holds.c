@@ -124,19 +124,11 @@ static void rlock_exit_callback(int code, Datum arg);
 static void
 rlock_local_init(void)
 {
-	HASHCTL		ctl;
-
 	if (local_holds != NULL)
 		return;
 
-	ctl.keysize = sizeof(RlockKeyRef);
-	ctl.entrysize = sizeof(LocalHold);
-	ctl.hash = rlock_keyref_hash;
-	ctl.match = rlock_keyref_match;
-	ctl.hcxt = TopMemoryContext;
-	local_holds = hash_create("rlock holds", 64, &ctl,
-							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
-							  HASH_CONTEXT);
+	local_holds = rlock_keyref_table("rlock holds", sizeof(LocalHold),
+									 TopMemoryContext);
 
 	RegisterXactCallback(rlock_xact_callback, NULL);
 	RegisterSubXactCallback(rlock_subxact_callback, NULL);

@@ -79,16 +79,16 @@ rlock_owner_name(char *buf, uint64 owner_id)
 /*
  * Hash and compare functions for dynahash tables keyed by RlockKeyRef.
  */
-uint32
-rlock_keyref_hash(const void *key, Size keysize)
+static uint32
+keyref_hash(const void *key, Size keysize)
 {
 	const RlockKeyRef *k = (const RlockKeyRef *) key;
 
 	return hash_bytes((const unsigned char *) k->data, k->len);
 }
 
-int
-rlock_keyref_match(const void *key1, const void *key2, Size keysize)
+static int
+keyref_match(const void *key1, const void *key2, Size keysize)
 {
 	const RlockKeyRef *a = (const RlockKeyRef *) key1;
 	const RlockKeyRef *b = (const RlockKeyRef *) key2;
@@ -96,6 +96,24 @@ rlock_keyref_match(const void *key1, const void *key2, Size keysize)
 	if (a->len != b->len)
 		return 1;
 	return memcmp(a->data, b->data, a->len);
+}
+
+/*
+ * A process-local hash table in cxt whose entries (of entrysize bytes)
+ * start with an RlockKeyRef; the entry owns the bytes its key points to.
+ */
+HTAB *
+rlock_keyref_table(const char *name, Size entrysize, MemoryContext cxt)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(RlockKeyRef);
+	ctl.entrysize = entrysize;
+	ctl.hash = keyref_hash;
+	ctl.match = keyref_match;
+	ctl.hcxt = cxt;
+	return hash_create(name, 64, &ctl,
+					   HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 }
 
 /*

@@ -22,6 +22,8 @@
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
+#include "utils/hsearch.h"
+#include "utils/palloc.h"
 
 #include "rlock.h"
 
@@ -338,7 +340,7 @@ extern void rlock_status_read(RlockWorkerStatus *copy);
 
 /*
  * A byte string by reference, used as the key of dynahash tables that are
- * keyed by a lock key or a channel name (with rlock_keyref_hash/match).
+ * keyed by a lock key or a channel name (see rlock_keyref_table).
  */
 typedef struct RlockKeyRef
 {
@@ -354,8 +356,7 @@ extern char *rlock_sql_key(const char *key, int keylen);
 /* room for the longest derived name (the channel) of a key */
 #define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_CHANNEL_PREFIX) + (keylen) + 2)
 #define RLOCK_OWNER_MAXLEN				(RLOCK_UUID_LEN + 22)
-extern uint32 rlock_keyref_hash(const void *key, Size keysize);
-extern int	rlock_keyref_match(const void *key1, const void *key2,
-							   Size keysize);
+extern HTAB *rlock_keyref_table(const char *name, Size entrysize,
+								MemoryContext cxt);
 
 #endif							/* RLOCK_SHARED_H */

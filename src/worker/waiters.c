@@ -123,16 +123,8 @@ rlock_waiters_channels(void)
 void
 rlock_waiters_init(int nslots)
 {
-	HASHCTL		ctl;
-
-	ctl.keysize = sizeof(RlockKeyRef);
-	ctl.entrysize = sizeof(WaitGroup);
-	ctl.hash = rlock_keyref_hash;
-	ctl.match = rlock_keyref_match;
-	ctl.hcxt = rlock_worker_context;
-	groups = hash_create("rlock wait groups", 64, &ctl,
-						 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
-						 HASH_CONTEXT);
+	groups = rlock_keyref_table("rlock wait groups", sizeof(WaitGroup),
+								rlock_worker_context);
 	waiters = MemoryContextAllocZero(rlock_worker_context,
 									 sizeof(Waiter) * nslots);
 	channel_buf = MemoryContextAlloc(rlock_worker_context,
