@@ -289,12 +289,7 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		released = rlock_kinds[h->kind]->release_result(reply);
 		if (released == RLOCK_RELEASED_INVALID)
 		{
-			char		what[64];
-
-			snprintf(what, sizeof(what),
-					 "a release of a %s lock answered with an unknown status",
-					 rlock_kinds[h->kind]->name);
-			rlock_conn_fail(conn, what);
+			worker_unknown_status(conn, wc, h->kind);
 			reply = NULL;		/* as good as lost */
 		}
 	}

@@ -148,12 +148,7 @@ rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
 
 		if (!kind->batch_result(reply, i, &held))
 		{
-			char		what[64];
-
-			snprintf(what, sizeof(what),
-					 "a batch of %s locks answered with an unknown status",
-					 kind->name);
-			rlock_conn_fail(conn, what);
+			worker_unknown_status(conn, wc, wc->kind);
 			return -1;
 		}
 	}

@@ -931,12 +931,7 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR &&
 		!rlock_kinds[h->kind]->acquire_result(reply, &result))
 	{
-		char		what[64];
-
-		snprintf(what, sizeof(what),
-				 "an acquire of a %s lock answered with an unknown status",
-				 rlock_kinds[h->kind]->name);
-		rlock_conn_fail(conn, what);
+		worker_unknown_status(conn, wc, h->kind);
 		reply = NULL;			/* as good as lost */
 	}
 

@@ -119,6 +119,28 @@ worker_args(void)
 }
 
 /*
+ * A script of a lock kind answered with a status none of its scripts
+ * returns: the connection cannot be trusted, and is made again.
+ */
+void
+worker_unknown_status(RlockConn *conn, const WorkerCmd *wc, RlockKind kind)
+{
+	static const char *const what[] = {
+		[WORKER_CMD_ACQUIRE] = "an acquire",
+		[WORKER_CMD_RELEASE] = "a release",
+		[WORKER_CMD_RENEW] = "a renewal batch",
+		[WORKER_CMD_VERIFY] = "a check batch",
+	};
+	char		detail[96];
+
+	Assert(wc->type < lengthof(what) && what[wc->type] != NULL);
+	snprintf(detail, sizeof(detail),
+			 "%s (lock kind %s) answered with an unknown status",
+			 what[wc->type], rlock_kinds[kind]->name);
+	rlock_conn_fail(conn, detail);
+}
+
+/*
  * Lease to send for a hold described by lease_ms (0 = the watchdog).
  */
 int64

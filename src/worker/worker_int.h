@@ -62,6 +62,8 @@ extern void worker_cmd_free(WorkerCmd *wc);
 extern bool worker_cmd_send(RlockConn *conn, WorkerCmd *wc, RlockArgs *args);
 extern RlockArgs *worker_args(void);
 extern int64 worker_lease(int64 lease_ms);
+extern void worker_unknown_status(RlockConn *conn, const WorkerCmd *wc,
+								  RlockKind kind);
 
 /* requests.c: the life of a request */
 extern void worker_requests_init(int nslots);

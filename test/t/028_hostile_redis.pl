@@ -203,7 +203,7 @@ attack(
 	},
 	sql => "SELECT rlock_try('h:7')",
 	outcome => $e08006,
-	why => qr/an acquire of a plain lock answered with an unknown status/);
+	why => qr/an acquire \(lock kind plain\) answered with an unknown status/);
 
 # busy for longer than any timestamp holds: the waiter waits out its own
 # wait, neither retrying at once (a time that wrapped into the past) nor
