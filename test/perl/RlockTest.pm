@@ -130,6 +130,17 @@ sub wait_for_redis
 		$seconds);
 }
 
+# Run $sql in database "postgres" with verbose errors (SQLSTATE and
+# detail); returns psql's exit code, output, errors and the seconds taken.
+sub timed_psql
+{
+	my ($node, $sql) = @_;
+	my $t0 = time;
+	my ($rc, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return ($rc, $out, $err, time - $t0);
+}
+
 # Start $sql in a background_psql session (opened with on_error_stop =>
 # 0) without waiting for it to end; collect() gets its outcome.
 sub send_query

@@ -20,14 +20,7 @@ my $node = RlockTest::node('faults', $redis,
 my $worker = RlockTest::worker_pid($node);
 my $budget = 1 + 1 + 1.5;	# connect + command timeout, and some slack
 
-sub timed_psql
-{
-	my ($sql) = @_;
-	my $t0 = time;
-	my ($rc, $out, $err) =
-	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($rc, $out, $err, time - $t0);
-}
+sub timed_psql { return RlockTest::timed_psql($node, @_) }
 
 # Redis down
 my $foreign = 'dead0000-1111-4222-8333-444455556666:1';

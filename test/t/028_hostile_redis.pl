@@ -67,14 +67,7 @@ sub rss_kb
 	return 0;
 }
 
-sub timed_psql
-{
-	my ($sql) = @_;
-	my $t0 = time;
-	my ($rc, $out, $err) =
-	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($rc, $out, $err, time - $t0);
-}
+sub timed_psql { return RlockTest::timed_psql($node, @_) }
 
 sub last_error
 {

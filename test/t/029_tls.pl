@@ -26,14 +26,7 @@ my $node = RlockTest::node('tls', $redis,
 	conf => [ 'rlock.max_key_length = 65535', "rlock.tls = 'verify-full'",
 		"rlock.tls_ca_file = '$certs->{ca}'" ]);
 
-sub timed_psql
-{
-	my ($sql) = @_;
-	my $t0 = time;
-	my ($rc, $out, $err) =
-	  $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
-	return ($rc, $out, $err, time - $t0);
-}
+sub timed_psql { return RlockTest::timed_psql($node, @_) }
 
 sub status
 {

@@ -46,56 +46,20 @@ package RlockTest::Hostile;
 use strict;
 use warnings;
 
-use IO::Handle;
 use IO::Select;
 use IO::Socket::INET;
 use POSIX ();
-use Socket qw(AF_UNIX SOCK_STREAM PF_UNSPEC IPPROTO_TCP TCP_NODELAY);
-use Time::HiRes ();
-
-sub start
-{
-	my ($class, $upstream) = @_;
-	my $listen = IO::Socket::INET->new(
-		Listen => 16,
-		LocalAddr => '127.0.0.1',
-		LocalPort => 0,
-		Proto => 'tcp',
-		ReuseAddr => 1) or die "hostile relay: cannot listen: $!";
-	socketpair(my $parent, my $child, AF_UNIX, SOCK_STREAM, PF_UNSPEC)
-	  or die "hostile relay: socketpair: $!";
-	my $pid = fork();
-	die "hostile relay: fork: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		close $parent;
-		_serve($listen, $child, $upstream);
-		POSIX::_exit(0);
-	}
-	close $child;
-	$parent->autoflush(1);
-	my $self = bless {
-		pid => $pid,
-		port => $listen->sockport,
-		ctl => $parent,
-	}, $class;
-	close $listen;
-	return $self;
-}
-
-sub port { $_[0]{port} }
+use Socket qw(IPPROTO_TCP TCP_NODELAY);
+use RlockTest::Relay;
+use parent -norequire, 'RlockTest::Relay';
 
 # Send a control line, return the relay's one-line answer.
 sub _ask
 {
 	my ($self, @words) = @_;
-	print { $self->{ctl} } join(' ', @words), "\n";
-	my $sel = IO::Select->new($self->{ctl});
-	die "hostile relay: no answer\n" unless $sel->can_read(10);
-	my $line = readline($self->{ctl});
-	die "hostile relay: gone\n" unless defined $line;
-	chomp $line;
-	return $line;
+	my $answer = $self->ask(join(' ', @words));
+	die "hostile relay: no answer\n" unless defined $answer;
+	return $answer;
 }
 
 sub _hex { return unpack('H*', $_[0] // '') }
@@ -145,22 +109,6 @@ sub connections
 
 # Close every client connection (and its connection to Redis).
 sub drop_all { return $_[0]->_ask('drop') }
-
-sub stop
-{
-	my ($self) = @_;
-	return unless $self->{pid};
-	kill 'TERM', $self->{pid};
-	waitpid($self->{pid}, 0);
-	delete $self->{pid};
-}
-
-sub DESTROY
-{
-	my ($self) = @_;
-	local $?;
-	$self->stop;
-}
 
 #---- the child ----
 

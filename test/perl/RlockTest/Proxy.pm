@@ -37,58 +37,15 @@ use IO::Select;
 use IO::Socket::INET;
 use POSIX ();
 use Socket;
-
-sub start
-{
-	my ($class, $upstream) = @_;
-	my $listen = IO::Socket::INET->new(
-		Listen => 16,
-		LocalAddr => '127.0.0.1',
-		LocalPort => 0,
-		Proto => 'tcp',
-		ReuseAddr => 1) or die "relay: cannot listen: $!";
-	socketpair(my $parent, my $child, AF_UNIX, SOCK_STREAM, PF_UNSPEC)
-	  or die "relay: socketpair: $!";
-	my $pid = fork();
-	die "relay: fork: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		close $parent;
-		_serve($listen, $child, $upstream);
-		POSIX::_exit(0);
-	}
-	close $child;
-	$parent->autoflush(1);
-	my $self = bless {
-		pid => $pid,
-		port => $listen->sockport,
-		ctl => $parent,
-	}, $class;
-	close $listen;
-	return $self;
-}
-
-sub port { $_[0]{port} }
-
-# Send a control line, return the relay's one-line answer (undef after
-# $timeout seconds).
-sub _ask
-{
-	my ($self, $line, $timeout) = @_;
-	print { $self->{ctl} } "$line\n";
-	my $sel = IO::Select->new($self->{ctl});
-	return undef unless $sel->can_read($timeout // 10);
-	my $answer = readline($self->{ctl});
-	chomp $answer if defined $answer;
-	return $answer;
-}
+use RlockTest::Relay;
+use parent -norequire, 'RlockTest::Relay';
 
 # Hold back from now on what the client named $name sends.  Returns the
 # number of such connections.
 sub hold
 {
 	my ($self, $name) = @_;
-	return $self->_ask("hold $name");
+	return $self->ask("hold $name");
 }
 
 # Deliver what was held; 'answered', 'closed', or 'none' if nothing was
@@ -96,23 +53,7 @@ sub hold
 sub deliver
 {
 	my ($self, $timeout) = @_;
-	return $self->_ask('deliver', $timeout);
-}
-
-sub stop
-{
-	my ($self) = @_;
-	return unless $self->{pid};
-	kill 'TERM', $self->{pid};
-	waitpid($self->{pid}, 0);
-	delete $self->{pid};
-}
-
-sub DESTROY
-{
-	my ($self) = @_;
-	local $?;
-	$self->stop;
+	return $self->ask('deliver', $timeout);
 }
 
 # The relay's loop, in the child.

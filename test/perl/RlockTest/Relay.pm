@@ -1,0 +1,101 @@
+
+=pod
+
+=head1 NAME
+
+RlockTest::Relay - what rlock's test relays share: a listening port on
+loopback, a child process that serves it, and a control channel to ask
+the child things
+
+=head1 SYNOPSIS
+
+  package RlockTest::Something;
+  use parent -norequire, 'RlockTest::Relay';
+  sub _serve { my ($listen, $ctl, $upstream) = @_; ... }
+
+  my $relay = RlockTest::Something->start($redis->port);
+  my $answer = $relay->ask('a control line', 5);   # undef after 5 s
+  $relay->stop;
+
+=head1 DESCRIPTION
+
+start() listens on a free loopback port, forks, and runs the subclass's
+_serve($listen, $ctl, $upstream) in the child: $ctl is its end of a
+socket pair, on which it reads control lines and writes one line back for
+each.  stop() (also on destruction) ends the child.
+
+=cut
+
+package RlockTest::Relay;
+
+use strict;
+use warnings;
+
+use IO::Handle;
+use IO::Select;
+use IO::Socket::INET;
+use POSIX ();
+use Socket qw(AF_UNIX SOCK_STREAM PF_UNSPEC);
+
+sub start
+{
+	my ($class, $upstream) = @_;
+	my $listen = IO::Socket::INET->new(
+		Listen => 16,
+		LocalAddr => '127.0.0.1',
+		LocalPort => 0,
+		Proto => 'tcp',
+		ReuseAddr => 1) or die "$class: cannot listen: $!";
+	socketpair(my $parent, my $child, AF_UNIX, SOCK_STREAM, PF_UNSPEC)
+	  or die "$class: socketpair: $!";
+	my $pid = fork();
+	die "$class: fork: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		close $parent;
+		$class->can('_serve')->($listen, $child, $upstream);
+		POSIX::_exit(0);
+	}
+	close $child;
+	$parent->autoflush(1);
+	my $self = bless {
+		pid => $pid,
+		port => $listen->sockport,
+		ctl => $parent,
+	}, $class;
+	close $listen;
+	return $self;
+}
+
+sub port { $_[0]{port} }
+
+# Send a control line; return the child's one-line answer, or undef if
+# none came within $timeout seconds (10 by default) or the child is gone.
+sub ask
+{
+	my ($self, $line, $timeout) = @_;
+	print { $self->{ctl} } "$line\n";
+	my $sel = IO::Select->new($self->{ctl});
+	return undef unless $sel->can_read($timeout // 10);
+	my $answer = readline($self->{ctl});
+	chomp $answer if defined $answer;
+	return $answer;
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'TERM', $self->{pid};
+	waitpid($self->{pid}, 0);
+	delete $self->{pid};
+}
+
+sub DESTROY
+{
+	my ($self) = @_;
+	local $?;
+	$self->stop;
+}
+
+1;
