@@ -28,6 +28,12 @@ SELECT rlock_try('err:k', '-1 s');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rlock_session_try('err:k', '178000000 years');
 \echo :LAST_ERROR_SQLSTATE
+-- at most 365 days: every time computed from it stays in range
+SELECT rlock_try('err:k', '365 days 00:00:00.000001');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_try('err:k', '1 year 6 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_try('err:k', '365 days');
 
 -- the lease
 SELECT rlock_try('err:k', '0', '-1 s');
@@ -38,6 +44,15 @@ SELECT rlock_lock('err:k', '-5 min');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rlock_session_lock('err:k', '0 s');
 \echo :LAST_ERROR_SQLSTATE
+SELECT rlock_session_lock('err:k', '366 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_try('err:k', '0', '2562047788:00:54.775807');
+\echo :LAST_ERROR_SQLSTATE
+-- the longest lease is sent as it is
+BEGIN;
+SELECT rlock_try('err:long', '0', '365 days');
+SELECT rlock_ttl('err:long') BETWEEN '364 days' AND '365 days';
+COMMIT;
 
 -- none of that took a lock
 SELECT rlock_held('err:k'), rlock_is_locked('err:k');

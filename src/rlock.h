@@ -32,6 +32,14 @@
 #define RLOCK_ADDRESS_LEN	(1025 + 16)
 
 /*
+ * The longest lease and the longest bounded wait a caller may ask for:
+ * every time computed from them (now + lease, now + wait, in microseconds
+ * or milliseconds) stays far from overflowing.
+ */
+#define RLOCK_MAX_DURATION_DAYS	365
+#define RLOCK_MAX_DURATION_US	(INT64CONST(86400000000) * RLOCK_MAX_DURATION_DAYS)
+
+/*
  * Settings (rlock.c).  The worker reads the connection settings; backends
  * read the limits and the timeouts that bound their own waits.
  */

@@ -33,9 +33,6 @@ PG_FUNCTION_INFO_V1(rlock_held);
 PG_FUNCTION_INFO_V1(rlock_is_locked);
 PG_FUNCTION_INFO_V1(rlock_ttl);
 
-/* Waits longer than this (about a century) mean "no limit" */
-#define RLOCK_MAX_WAIT_US	(INT64CONST(100) * 365 * USECS_PER_DAY)
-
 void
 rlock_check_loaded(void)
 {
@@ -129,6 +126,12 @@ rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno, const char *what,
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be greater than zero", what)));
+	if (us > RLOCK_MAX_DURATION_US)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is out of range", what),
+				 errdetail("A %s may be at most %d days.", what,
+						   RLOCK_MAX_DURATION_DAYS)));
 	return us;
 }
 
@@ -146,13 +149,12 @@ rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * Deadline of a wait of "us" microseconds from now; 0 means no limit.
+ * Deadline of a wait of "us" microseconds from now (at most
+ * RLOCK_MAX_DURATION_US, so it cannot overflow).
  */
 TimestampTz
 rlock_arg_deadline(int64 us)
 {
-	if (us > RLOCK_MAX_WAIT_US)
-		return 0;
 	return GetCurrentTimestamp() + us;
 }
 

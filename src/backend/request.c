@@ -49,6 +49,10 @@ static char last_detail[RLOCK_DETAIL_LEN];
 /* Extra time granted to the worker beyond its own deadlines */
 #define RLOCK_WORKER_GRACE_MS	1000
 
+/* The longest single sleep of a waiting backend (WaitLatch's limit is
+ * INT_MAX ms; a wait of up to RLOCK_MAX_DURATION_US takes several) */
+#define RLOCK_WAIT_STEP_MS		(3600 * 1000)
+
 /* Length of the process title before " waiting" was added, -1 if not */
 static int	ps_plain_len = -1;
 static char *ps_waiting = NULL;
@@ -243,8 +247,10 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		}
 		if (wake_at != 0)
 		{
+			/* WaitLatch takes at most INT_MAX ms: a long wait takes steps */
 			events |= WL_TIMEOUT;
-			timeout = (long) ((wake_at - now + 999) / 1000);
+			timeout = (long) Min((wake_at - now + 999) / 1000,
+								 RLOCK_WAIT_STEP_MS);
 		}
 
 		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);
