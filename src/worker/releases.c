@@ -53,6 +53,8 @@
 #define RLOCK_WARN_INTERVAL_MS	10000
 
 static RlockStatus *release_status; /* outcome of each entry's last release */
+static bool *release_refused;	/* Redis refused the entry's last release */
+static char release_refusal[RLOCK_DETAIL_LEN];	/* the latest refusal */
 static uint64 releases_sent = 0;
 static uint64 release_marks[RLOCK_RELEASE_MARKS];
 
@@ -71,12 +73,25 @@ worker_releases_init(int nholds)
 										sizeof(RlockStatus) * nholds);
 	for (i = 0; i < nholds; i++)
 		release_status[i] = RLOCK_STATUS_OK;
+	release_refused = MemoryContextAllocZero(rlock_worker_context,
+											 sizeof(bool) * nholds);
 }
 
 RlockStatus
 worker_release_status(int index)
 {
 	return release_status[index];
+}
+
+/*
+ * Did Redis refuse the last release of entry "index" (it is sent again
+ * later)?  If so, *error is what Redis said.
+ */
+bool
+worker_release_refused(int index, const char **error)
+{
+	*error = release_refusal;
+	return release_refused[index];
 }
 
 static uint64 *
@@ -320,6 +335,8 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 				/* BUSY, OOM, READONLY, LOADING ...: try again in a while */
 				again = later = true;
 				worker_warn_release(h, reply->str, true);
+				release_refused[wc->hold] = true;
+				strlcpy(release_refusal, reply->str, sizeof(release_refusal));
 				break;
 		}
 	}
@@ -340,7 +357,10 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		rlock_count(RLOCK_STAT_LOST, 1);
 
 	if (!again)
+	{
 		release_status[wc->hold] = status;
+		release_refused[wc->hold] = false;
+	}
 	if (later)
 		worker_resync_later();
 	else if (again && reply != NULL)

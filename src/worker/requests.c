@@ -111,6 +111,7 @@ static pairingheap *timers;
 static dlist_head pending = DLIST_STATIC_INIT(pending);
 
 static void worker_mark_busy(WorkerReq *req);
+static bool worker_release_refused_now(WorkerReq *req);
 
 /*---- timers ----*/
 
@@ -496,10 +497,29 @@ worker_unpark(void)
 	{
 		WorkerReq  *req = &reqs[i];
 
-		if (req->state == REQ_WAITING && req->op != RLOCK_OP_ACQUIRE &&
-			!worker_owner_busy(req, false))
+		if (req->state != REQ_WAITING || req->op == RLOCK_OP_ACQUIRE)
+			continue;
+		if (!worker_release_refused_now(req) && !worker_owner_busy(req, false))
 			worker_make_pending(req);
 	}
+}
+
+/*
+ * A RELEASE request whose release Redis refused: it fails now with what
+ * Redis said, rather than waiting for a release that is sent again only
+ * later, maybe much later (the hold stays queued, and its release goes on
+ * being sent).  True if it was so answered.
+ */
+static bool
+worker_release_refused_now(WorkerReq *req)
+{
+	const char *error;
+
+	if (req->op != RLOCK_OP_RELEASE ||
+		!worker_release_refused(req->hold, &error))
+		return false;
+	worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, error);
+	return true;
 }
 
 bool
@@ -1041,6 +1061,8 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	worker_note_answered(req);
 	if (reply->type == RLOCK_REPLY_ERROR)
 		worker_complete_error(req, reply);
+	else if (worker_release_refused_now(req))
+		return;
 	else if ((req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER) &&
 			 worker_owner_busy(req, false))
 		worker_set_state(req, REQ_WAITING);	/* a release goes out again */

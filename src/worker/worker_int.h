@@ -93,6 +93,7 @@ extern void worker_requeue_all_holds(void);
 extern void worker_release_reply(RlockConn *conn, WorkerCmd *wc,
 								 const RlockReply *reply);
 extern RlockStatus worker_release_status(int index);
+extern bool worker_release_refused(int index, const char **error);
 extern void worker_releases_tick(TimestampTz now);
 extern TimestampTz worker_releases_next(void);
 extern void worker_recover_holds(void);

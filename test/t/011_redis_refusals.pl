@@ -96,6 +96,28 @@ ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'ref:busy') == 0 }, 10),
 $s->query_safe('RESET rlock.verify_at_commit');
 is(RlockTest::worker_pid($node), $worker, 'the worker kept running');
 
+# a release the session waits for, refused by Redis (an ACL that no longer
+# allows the release script): the session hears Redis's refusal at once,
+# 58000 with Redis's text, not a timeout; the release goes on being sent,
+# and once Redis takes it the lock is free
+my $r = $node->background_psql('postgres', on_error_stop => 0);
+$r->query_safe("SELECT rlock_session_try('ref:refused', '0', '1 hour')");
+$redis->cmd('ACL', 'SETUSER', 'default', '-evalsha');
+my $t0 = time;
+$r->query("\\set VERBOSITY verbose\nSELECT rlock_session_release('ref:refused')");
+my $took = time - $t0;
+like($r->{stderr}, qr/ERROR:  58000: .*\n.*NOPERM/,
+	'an early release Redis refuses fails with 58000 and Redis\'s text');
+cmp_ok($took, '<', 1 + 0.5, "within rlock.command_timeout ($took s)");
+$r->{stderr} = '';
+is($r->query_safe("SELECT rlock_held('ref:refused')"), '0',
+	'the hold is gone from the session');
+is($redis->cmd('EXISTS', 'ref:refused'), 1, 'while Redis still has the lock');
+$redis->cmd('ACL', 'SETUSER', 'default', '+evalsha');
+ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'ref:refused') == 0 }, 10),
+	'the release was sent again, and Redis took it');
+$r->quit;
+
 # a lock without expiry and no unlock message: the waiter looks again
 my $foreign = 'abcdef00-1111-4222-8333-444455556666:3';
 $redis->cmd('HSET', 'ref:forever', $foreign, 1);
