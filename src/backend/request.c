@@ -354,6 +354,40 @@ rlock_request(const RlockRequest *req, int64 *value)
 }
 
 /*
+ * What to check when Redis refused a command, by the code its error
+ * starts with.
+ */
+static const char *
+rlock_redis_error_hint(const char *error)
+{
+	static const struct
+	{
+		const char *code;
+		const char *hint;
+	}			hints[] = {
+		{"READONLY", "Redis at rlock.host is a read-only replica: point rlock.host at the primary."},
+		{"NOPERM", "The Redis user rlock connects as (rlock.username) lacks a permission: see the ACL rules in rlock's configuration documentation."},
+		{"NOAUTH", "Redis wants a password: set rlock.password_file."},
+		{"WRONGTYPE", "The key holds another kind of value in Redis, not a lock: choose another key."},
+		{"OOM", "Redis is out of memory (maxmemory): free memory or raise the limit."},
+		{"BUSY", "Redis is running a long script: it answers again once the script ends or is killed."},
+		{"LOADING", "Redis is loading its data set: try again shortly."},
+		{"MASTERDOWN", "The Redis replica lost its primary: point rlock.host at the primary."},
+	};
+	int			i;
+
+	for (i = 0; i < lengthof(hints); i++)
+	{
+		size_t		len = strlen(hints[i].code);
+
+		if (strncmp(error, hints[i].code, len) == 0 &&
+			(error[len] == ' ' || error[len] == '\0'))
+			return hints[i].hint;
+	}
+	return "The detail is Redis's own error; rlock_status() shows the server and the last error.";
+}
+
+/*
  * Raise the error that goes with a failed request.  Returns for the
  * statuses that are not errors.
  */
@@ -374,7 +408,8 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 					 errmsg("could not reach Redis for lock \"%.*s\"",
 							keylen, key) :
 					 errmsg("could not reach Redis"),
-					 last_detail[0] ? errdetail_internal("%s", last_detail) : 0));
+					 last_detail[0] ? errdetail_internal("%s", last_detail) : 0,
+					 errhint("Check that Redis is up and reachable with the rlock.* connection settings; rlock_status() shows the connections and the last error.")));
 			break;
 		case RLOCK_STATUS_REDIS_ERROR:
 			ereport(ERROR,
@@ -383,7 +418,8 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 					 errmsg("Redis returned an error for lock \"%.*s\"",
 							keylen, key) :
 					 errmsg("Redis returned an error"),
-					 errdetail_internal("%s", last_detail)));
+					 errdetail_internal("%s", last_detail),
+					 errhint("%s", rlock_redis_error_hint(last_detail))));
 			break;
 		case RLOCK_STATUS_SHUTDOWN:
 			ereport(ERROR,

@@ -108,6 +108,8 @@ $r->query("\\set VERBOSITY verbose\nSELECT rlock_session_release('ref:refused')"
 my $took = time - $t0;
 like($r->{stderr}, qr/ERROR:  58000: .*\n.*NOPERM/,
 	'an early release Redis refuses fails with 58000 and Redis\'s text');
+like($r->{stderr}, qr/HINT:  The Redis user rlock connects as \(rlock.username\) lacks a permission/,
+	'and a hint');
 cmp_ok($took, '<', 1 + 0.5, "within rlock.command_timeout ($took s)");
 $r->{stderr} = '';
 is($r->query_safe("SELECT rlock_held('ref:refused')"), '0',
@@ -201,6 +203,8 @@ my ($rc, $ro_out, $err) = $n3->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT rlock_try('ref:ro')");
 like($err, qr/ERROR:  58000: .*\n.*READONLY You can't write/,
 	'a lock on a replica fails with 58000 and Redis\'s text');
+like($err, qr/HINT:  Redis at rlock.host is a read-only replica: point rlock.host at the primary./,
+	'and a hint');
 ok(RlockTest::wait_until(sub { reconnects($n3) > $reconnects }, 10),
 	'and the worker made a new command connection');
 ok( RlockTest::wait_until(

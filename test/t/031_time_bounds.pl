@@ -106,6 +106,7 @@ my ($rc, $out, $err, $elapsed) =
   RlockTest::timed_psql($node, "SELECT rlock_lock('tb:paused')");
 like($err, qr/ERROR:  08006: could not reach Redis for lock "tb:paused"/,
 	'a wait without limit under CLIENT PAUSE WRITE fails with 08006');
+like($err, qr/HINT:  Check that Redis is up and reachable/, 'with a hint');
 cmp_ok($elapsed, '<', 1 + 1 + 1.5,
 	"within command_timeout + connect_timeout ($elapsed s)");
 my $made = $node->safe_psql('postgres', 'SELECT reconnects FROM rlock_stats') - $reconnects;
