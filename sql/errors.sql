@@ -90,3 +90,20 @@ PREPARE TRANSACTION 'rlock_p2';
 COMMIT PREPARED 'rlock_p2';
 SELECT rlock_held('err:prepare-session');
 SELECT rlock_session_release('err:prepare-session');
+
+-- a parallel worker cannot hold a lock for the session: refused, as
+-- advisory locks are, even through a wrapper wrongly marked PARALLEL SAFE
+CREATE FUNCTION err_wrapped_try(k text) RETURNS boolean
+LANGUAGE plpgsql PARALLEL SAFE AS $$ BEGIN RETURN rlock_try(k); END $$;
+SET force_parallel_mode = on;
+SET parallel_setup_cost = 0;
+SET parallel_tuple_cost = 0;
+SET client_min_messages = error;
+SELECT err_wrapped_try('err:parallel');
+\echo :LAST_ERROR_SQLSTATE
+RESET client_min_messages;
+RESET force_parallel_mode;
+RESET parallel_setup_cost;
+RESET parallel_tuple_cost;
+SELECT rlock_is_locked('err:parallel');
+DROP FUNCTION err_wrapped_try(text);

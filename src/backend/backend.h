@@ -29,6 +29,7 @@ typedef struct RlockKey
 } RlockKey;
 
 extern void rlock_check_loaded(void);
+extern void rlock_check_not_parallel(void);
 extern void rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key);
 extern int64 rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno,
 								   const char *what, bool null_ok,

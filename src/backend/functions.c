@@ -19,6 +19,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/int.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -44,6 +45,22 @@ rlock_check_loaded(void)
 }
 
 /*
+ * Holds live in the session's own process: a parallel worker (reached
+ * through a wrapper wrongly marked PARALLEL SAFE) would take a lock that
+ * vanishes with it, or release one it does not have.  Refused as
+ * PostgreSQL refuses advisory locks there.
+ */
+void
+rlock_check_not_parallel(void)
+{
+	if (IsInParallelMode())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot use rlock locks during a parallel operation"),
+				 errhint("Mark functions that call rlock functions PARALLEL UNSAFE.")));
+}
+
+/*
  * Check the key argument and build its Redis form.
  */
 void
@@ -57,6 +74,7 @@ rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 
 	/* first: without preloading, not even the settings exist */
 	rlock_check_loaded();
+	rlock_check_not_parallel();
 	prefixlen = strlen(rlock_key_prefix);
 
 	if (PG_ARGISNULL(argno))
@@ -182,6 +200,7 @@ rlock_release_all(PG_FUNCTION_ARGS)
 	int			n;
 
 	rlock_check_loaded();
+	rlock_check_not_parallel();
 	n = rlock_release_session_all(&status);
 	rlock_report_status(status, NULL, 0);
 	PG_RETURN_INT32(n);
