@@ -107,3 +107,9 @@ RESET parallel_setup_cost;
 RESET parallel_tuple_cost;
 SELECT rlock_is_locked('err:parallel');
 DROP FUNCTION err_wrapped_try(text);
+
+-- settings out of their ranges (timeouts and margin at most 1 h, the
+-- watchdog's lease at most 1 day)
+SET rlock.verify_margin = '61 min';
+ALTER SYSTEM SET rlock.connect_timeout = '2 h';
+ALTER SYSTEM SET rlock.watchdog_timeout = '25 h';

@@ -163,7 +163,7 @@ rlock_define_settings(void)
 							"Time allowed for connecting to Redis.",
 							"Requests that find no connection fail after this long.",
 							&rlock_connect_timeout,
-							2000, 1, INT_MAX,
+							2000, 1, RLOCK_MAX_TIMEOUT_MS,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
@@ -171,7 +171,7 @@ rlock_define_settings(void)
 							"Time allowed for Redis to answer a command.",
 							"A connection that leaves a command unanswered for longer is dropped and made again.",
 							&rlock_command_timeout,
-							3000, 1, INT_MAX,
+							3000, 1, RLOCK_MAX_TIMEOUT_MS,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
@@ -179,7 +179,7 @@ rlock_define_settings(void)
 							"Lease of locks taken without an explicit lease.",
 							"The worker renews such leases every third of this time while they are held.",
 							&rlock_watchdog_timeout,
-							30000, 100, INT_MAX,
+							30000, 100, RLOCK_MAX_WATCHDOG_MS,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
@@ -211,7 +211,7 @@ rlock_define_settings(void)
 							"Lease a lock must have left when its transaction commits.",
 							"The check before a commit extends shorter leases to this.",
 							&rlock_verify_margin,
-							2000, 0, INT_MAX,
+							2000, 0, RLOCK_MAX_TIMEOUT_MS,
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

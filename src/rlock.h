@@ -40,6 +40,14 @@
 #define RLOCK_MAX_DURATION_US	(INT64CONST(86400000000) * RLOCK_MAX_DURATION_DAYS)
 
 /*
+ * The largest timeouts and margin (one hour) and watchdog lease (one day)
+ * the settings take: sums of two of them and a grace stay far from
+ * INT_MAX ms.
+ */
+#define RLOCK_MAX_TIMEOUT_MS	(3600 * 1000)
+#define RLOCK_MAX_WATCHDOG_MS	(24 * 3600 * 1000)
+
+/*
  * Settings (rlock.c).  The worker reads the connection settings; backends
  * read the limits and the timeouts that bound their own waits.
  */
