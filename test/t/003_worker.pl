@@ -47,6 +47,15 @@ is_deeply($redis->cmd('HKEYS', 'wk:busy'), [$foreign],
 is($node->safe_psql('postgres', "SELECT rlock_try('wk:after')"),
 	't', 'locks work after the restart');
 
+# a request made once the worker is gone, before the next one runs, waits
+# for the next one and is served by it
+$old_pid = RlockTest::worker_pid($node);
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
+ok(RlockTest::wait_until(sub { RlockTest::worker_pid($node) ne $old_pid }, 10),
+	'the worker is gone');
+is($node->safe_psql('postgres', "SELECT rlock_try('wk:gap')"), 't',
+	'a request made in the gap is served by the next worker');
+
 # holds taken before a restart are renewed by the new worker, and still
 # released at commit
 my $h = $node->background_psql('postgres');
