@@ -189,6 +189,29 @@ like($waiter->{stderr}, qr/ERROR:  08006/, 'Redis stopped: the waiter fails with
 cmp_ok($took, '<', 2.5 + 1.5, "within the worker's deadlines ($took s)");
 ok(RlockTest::wait_for_redis($node, 10), 'service resumes after the thaw');
 
+# -- a release on its way: the count that will remain ----------------------
+
+# Redis takes no writes for a while: the release at commit is sent and
+# not answered (the check before commit is off, so the commit does not
+# wait)
+$holder->query_safe("SET rlock.verify_at_commit = off");
+$holder->query_safe("BEGIN; SELECT rlock_try('obs:rel'); SELECT rlock_try('obs:rel');");
+$redis->cmd('CLIENT', 'PAUSE', 3000, 'WRITE');
+$holder->query_safe('COMMIT');
+is(observe("SELECT state || ' ' || count || ' ' || (scope IS NULL) FROM rlock_locks WHERE key = 'obs:rel'"),
+	'releasing 0 true',
+	'a release on its way: a releasing row with the count that will remain');
+is($redis->cmd('HLEN', 'obs:rel'), 1, 'while Redis still has the lock');
+$redis->cmd('CLIENT', 'UNPAUSE');
+ok( RlockTest::wait_until(
+		sub {
+			observe("SELECT count(*) FROM rlock_locks WHERE key = 'obs:rel'") == 0
+			  && $redis->cmd('EXISTS', 'obs:rel') == 0;
+		},
+		10),
+	'once Redis takes the release, the row is gone and so is the lock');
+$holder->query_safe("RESET rlock.verify_at_commit");
+
 $holder->quit;
 $waiter->quit;
 $observer->quit;
