@@ -58,8 +58,14 @@
 #define RLOCK_BACKOFF_MIN_MS	50
 #define RLOCK_BACKOFF_MAX_MS	1000
 
-/* A connection up for this long counts as stable when it is lost */
+/* A connection up for this long counts as stable when it is lost: the
+ * next attempt is made at once */
 #define RLOCK_STABLE_MS			1000
+
+/* A connection lost after being up for less than this is part of the
+ * same outage for the log (a stalled Redis times out each new connection
+ * in turn): said once more as failing again, then no more */
+#define RLOCK_LOG_STABLE_MS		60000
 
 /* Bytes read per call, and calls per connection per wake-up */
 #define RLOCK_READ_CHUNK		(64 * 1024)
@@ -519,11 +525,14 @@ conn_closed(RlockConn *conn)
 		cmd->done(conn, cmd, NULL);
 	}
 
-	/* a connection lost after a stable while is a new outage */
+	/* a connection lost after a stable while is tried again at once */
 	if (was_ready &&
 		now >= TimestampTzPlusMilliseconds(conn->ready_at, RLOCK_STABLE_MS))
-	{
 		conn->backoff_ms = RLOCK_BACKOFF_MIN_MS;
+	/* and after a longer while it starts a new outage in the log */
+	if (was_ready &&
+		now >= TimestampTzPlusMilliseconds(conn->ready_at, RLOCK_LOG_STABLE_MS))
+	{
 		conn->outage_logged = false;
 		conn->flap_logged = false;
 	}
@@ -531,8 +540,9 @@ conn_closed(RlockConn *conn)
 	{
 		conn->flap_logged = true;
 		ereport(LOG,
-				(errmsg("rlock %s connection to Redis at %s keeps failing right after it is made: %s",
-						conn->role, conn->server->address, conn->error)));
+				(errmsg("rlock %s connection to Redis at %s keeps failing soon after it is made: %s",
+						conn->role, conn->server->address, conn->error),
+				 errdetail("Further losses within a minute of a new connection are not logged.")));
 	}
 	conn->retry_at = TimestampTzPlusMilliseconds(now, conn->backoff_ms);
 	conn->backoff_ms = Min(conn->backoff_ms * 2, RLOCK_BACKOFF_MAX_MS);

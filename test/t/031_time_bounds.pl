@@ -17,7 +17,7 @@ use RlockTest;
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('bounds', $redis,
 	connect_timeout => '1s',
-	command_timeout => '1s');
+	command_timeout => '1500ms');
 my $foreign = 'dead0000-1111-4222-8333-444455556666:1';
 
 # EVALSHA calls Redis has run so far
@@ -100,19 +100,32 @@ $waiter->quit;
 # its commands went unanswered for command_timeout + connect_timeout,
 # however often the worker connects again meanwhile
 my $reconnects = $node->safe_psql('postgres', 'SELECT reconnects FROM rlock_stats');
-$redis->cmd('CLIENT', 'PAUSE', 8000, 'WRITE');
-my $t0 = time;
-my ($rc, $out, $err, $elapsed) =
-  RlockTest::timed_psql($node, "SELECT rlock_lock('tb:paused')");
-like($err, qr/ERROR:  08006: could not reach Redis for lock "tb:paused"/,
-	'a wait without limit under CLIENT PAUSE WRITE fails with 08006');
-like($err, qr/HINT:  Check that Redis is up and reachable/, 'with a hint');
-cmp_ok($elapsed, '<', 1 + 1 + 1.5,
-	"within command_timeout + connect_timeout ($elapsed s)");
+$redis->cmd('CLIENT', 'PAUSE', 12000, 'WRITE');
+for my $i (1, 2)
+{
+	my ($rc, $out, $err, $elapsed) =
+	  RlockTest::timed_psql($node, "SELECT rlock_lock('tb:paused$i')");
+	like($err, qr/ERROR:  08006: could not reach Redis for lock "tb:paused$i"/,
+		"a wait without limit under CLIENT PAUSE WRITE fails with 08006 ($i)");
+	like($err, qr/HINT:  Check that Redis is up and reachable/, "with a hint ($i)");
+	cmp_ok($elapsed, '<', 1.5 + 1 + 1.5,
+		"within command_timeout + connect_timeout ($elapsed s)");
+}
 my $made = $node->safe_psql('postgres', 'SELECT reconnects FROM rlock_stats') - $reconnects;
-cmp_ok($made, '<=', 3, "the worker connected again $made times meanwhile");
+# at most one new connection per command timeout, for each of the two
+# connections (the subscriber's goes with the command connection)
+cmp_ok($made, '<=', 8,
+	"the worker connected again $made times meanwhile, both connections counted");
 $redis->cmd('CLIENT', 'UNPAUSE');
 ok(RlockTest::wait_for_redis($node, 10), 'once Redis takes writes again, locks work');
+
+# each new connection timed out in turn, more than a second after it was
+# made: still one outage in the log
+my $log = slurp_file($node->logfile);
+my $lost = () = $log =~ /rlock lost its command connection/g;
+my $again = () = $log =~ /rlock command connection to Redis at \S+ keeps failing soon after it is made/g;
+is("$lost $again", '1 1',
+	'the log says the connection was lost, then that it keeps failing, once each');
 
 $holder->quit;
 $node->stop;
