@@ -1,7 +1,8 @@
 # A fencing token in a version column guards a write: a holder paused past
 # its lease (SIGSTOP of its backend) comes back after another session took
 # the lock and wrote; its late write is rejected by the fence, and its
-# commit is refused (40001).  No update is lost.
+# commit is refused (40001).  No update is lost.  The token counter
+# outlives the lock.
 
 use strict;
 use warnings;
@@ -61,5 +62,13 @@ $a->quit;
 is( $node->safe_psql('postgres', 'SELECT balance, fence FROM account WHERE id = 1'),
 	"110|$b_token",
 	'no update was lost: the balance and fence are those B wrote');
+
+# the counter outlives the lock: it has no expiry, so a later holder's
+# token stays larger than every fence already written
+is($redis->cmd('EXISTS', 'acct:1'), 0, 'the lock is gone');
+is($redis->cmd('PTTL', 'redisson_lock_token:{acct:1}'), -1,
+	'its token counter stays, without expiry');
+is($redis->cmd('GET', 'redisson_lock_token:{acct:1}'), $b_token,
+	'holding the last token handed out');
 
 done_testing();
