@@ -170,13 +170,13 @@ handshake_read_password(RlockConn *conn, char *password, size_t size)
 
 	if (f == NULL || fgets(password, size, f) == NULL)
 	{
+		/* the setting, not the path: only superusers may see that */
 		if (f == NULL)
-			rlock_conn_set_error(conn, "could not read password file \"%s\": %m",
-								 srv->password_file);
+			rlock_conn_set_error(conn,
+								 "could not read the password file (rlock.password_file): %m");
 		else
 			rlock_conn_set_error(conn,
-								 "could not read password file \"%s\": file is empty",
-								 srv->password_file);
+								 "the password file (rlock.password_file) is empty");
 		if (f != NULL)
 			FreeFile(f);
 		return false;

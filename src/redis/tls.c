@@ -96,40 +96,41 @@ tls_no_passphrase(char *buf, int size, int rwflag, void *userdata)
 
 /*
  * The private key file must not be readable by others, as libpq and the
- * server require: owned by us with no group or world access, or owned by
+ * server require (messages name the setting, not the path, which only
+ * superusers may see): owned by us with no group or world access, or owned by
  * root and readable by its group at most.  stat() follows a symbolic
  * link: the file it names is the one checked and read.
  */
 static bool
-tls_check_key_file(RlockConn *conn, const char *path)
+tls_check_key_file(RlockConn *conn, const char *path, const char *setting)
 {
 	struct stat st;
 
 	if (stat(path, &st) != 0)
 	{
-		rlock_conn_set_error(conn, "could not access private key file \"%s\": %m",
-							 path);
+		rlock_conn_set_error(conn, "could not access the private key file (%s): %m",
+							 setting);
 		return false;
 	}
 	if (!S_ISREG(st.st_mode))
 	{
-		rlock_conn_set_error(conn, "private key file \"%s\" is not a regular file",
-							 path);
+		rlock_conn_set_error(conn, "the private key file (%s) is not a regular file",
+							 setting);
 		return false;
 	}
 	if (st.st_uid != geteuid() && st.st_uid != 0)
 	{
 		rlock_conn_set_error(conn,
-							 "private key file \"%s\" must be owned by the server's user or root",
-							 path);
+							 "the private key file (%s) must be owned by the server's user or root",
+							 setting);
 		return false;
 	}
 	if ((st.st_uid == geteuid() && (st.st_mode & (S_IRWXG | S_IRWXO))) ||
 		(st.st_uid == 0 && (st.st_mode & (S_IWGRP | S_IXGRP | S_IRWXO))))
 	{
 		rlock_conn_set_error(conn,
-							 "private key file \"%s\" has group or world access; it must be u=rw (0600) or less",
-							 path);
+							 "the private key file (%s) has group or world access; it must be u=rw (0600) or less",
+							 setting);
 		return false;
 	}
 	return true;
@@ -144,6 +145,8 @@ tls_load_client_cert(RlockConn *conn, SSL_CTX *ctx)
 	RlockServer *srv = conn->server;
 	const char *key = srv->tls_key_file[0] ? srv->tls_key_file :
 	srv->tls_cert_file;
+	const char *key_setting = srv->tls_key_file[0] ? "rlock.tls_key_file" :
+	"rlock.tls_cert_file";
 
 	if (srv->tls_cert_file[0] == '\0')
 	{
@@ -155,24 +158,24 @@ tls_load_client_cert(RlockConn *conn, SSL_CTX *ctx)
 	}
 	if (SSL_CTX_use_certificate_chain_file(ctx, srv->tls_cert_file) != 1)
 	{
-		rlock_conn_set_error(conn, "could not load certificate file \"%s\": %s",
-							 srv->tls_cert_file,
+		rlock_conn_set_error(conn,
+							 "could not load the certificate file (rlock.tls_cert_file): %s",
 							 tls_error_text(ERR_get_error()));
 		return false;
 	}
-	if (!tls_check_key_file(conn, key))
+	if (!tls_check_key_file(conn, key, key_setting))
 		return false;
 	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
 	{
-		rlock_conn_set_error(conn, "could not load private key file \"%s\": %s",
-							 key, tls_error_text(ERR_get_error()));
+		rlock_conn_set_error(conn, "could not load the private key file (%s): %s",
+							 key_setting, tls_error_text(ERR_get_error()));
 		return false;
 	}
 	if (SSL_CTX_check_private_key(ctx) != 1)
 	{
 		rlock_conn_set_error(conn,
-							 "private key file \"%s\" does not match certificate file \"%s\"",
-							 key, srv->tls_cert_file);
+							 "the private key file (%s) does not match the certificate file (rlock.tls_cert_file)",
+							 key_setting);
 		return false;
 	}
 	return true;
@@ -214,8 +217,8 @@ tls_build_context(RlockConn *conn)
 			SSL_CTX_set_default_verify_paths(ctx) != 1)
 		{
 			if (srv->tls_ca_file[0] != '\0')
-				rlock_conn_set_error(conn, "could not load CA file \"%s\": %s",
-									 srv->tls_ca_file,
+				rlock_conn_set_error(conn,
+									 "could not load the CA file (rlock.tls_ca_file): %s",
 									 tls_error_text(ERR_get_error()));
 			else
 				rlock_conn_set_error(conn,

@@ -80,6 +80,28 @@ my $log = slurp_file($node->logfile);
 unlike($log, qr/\Q$secret\E/, 'the password never appears in the log');
 like($log, qr/connection settings changed/, 'the reload reconnected');
 
+# a password file that cannot be read: the error names the setting, and
+# no user sees the path (only superusers may see the setting)
+my $hidden = "$dir/hidden-dir-name/redis.pw";
+$node->append_conf('postgresql.conf', "rlock.password_file = '$hidden'");
+$node->reload;
+ok( RlockTest::wait_until(
+		sub {
+			($rc, $out, $err) = $node->psql('postgres',
+				"\\set VERBOSITY verbose\nSELECT rlock_try('x')",
+				extra_params => [ '-U', 'joe' ]);
+			$err =~ /could not read the password file \(rlock.password_file\): No such file/;
+		},
+		10),
+	'an unreadable password file: 08006 naming the setting');
+unlike($err, qr/hidden-dir-name/, 'not the path');
+($rc, $out, $err) = $node->psql('postgres',
+	'SELECT last_error FROM rlock_status()', extra_params => [ '-U', 'joe' ]);
+like($out, qr/rlock.password_file/, 'rlock_status() names the setting too');
+unlike($out, qr/hidden-dir-name/, 'and not the path');
+$node->append_conf('postgresql.conf', "rlock.password_file = '$pw'");
+$node->reload;
+
 # a reload moves the worker to another server: here by name and socket
 my $other = RlockTest::Redis->start(
 	args => [ '--unixsocket', "$dir/redis.sock", '--unixsocketperm', '700' ]);

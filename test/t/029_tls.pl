@@ -156,7 +156,7 @@ chmod 0644, $certs->{client_key};
 $node->reload;
 $mtls->cmd('CLIENT', 'KILL', 'TYPE', 'normal');
 refused('a private key file others can read',
-	qr/private key file "[^"]+" has group or world access/);
+	qr/the private key file \(rlock.tls_key_file\) has group or world access/);
 chmod 0600, $certs->{client_key};
 $node->reload;
 works('once the key file is private again');
