@@ -19,7 +19,9 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "common/hashfn.h"
+#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 
 #include "shared/shared.h"
@@ -117,20 +119,78 @@ rlock_keyref_table(const char *name, Size entrysize, MemoryContext cxt)
 }
 
 /*
- * A Redis key as the SQL caller wrote it, for messages: without
- * rlock.key_prefix, in the database encoding.
+ * A key no conversion can show in the database encoding: ASCII as it is
+ * (a backslash doubled), every other character as \uXXXX or \UXXXXXXXX.
+ * The key is valid UTF-8 (checked when it was given).
+ */
+static char *
+rlock_escaped_key(const char *key, int keylen)
+{
+	StringInfoData buf;
+	int			i = 0;
+
+	initStringInfo(&buf);
+	while (i < keylen)
+	{
+		const unsigned char *c = (const unsigned char *) key + i;
+		int			len = pg_utf_mblen(c);
+
+		if (len < 1 || i + len > keylen)
+			len = 1;			/* cannot happen: the key was checked */
+		if (*c == '\\')
+			appendStringInfoString(&buf, "\\\\");
+		else if (*c >= 0x20 && *c < 0x7f)
+			appendStringInfoChar(&buf, (char) *c);
+		else
+		{
+			pg_wchar	u = (len > 1 || *c < 0x80) ? utf8_to_unicode(c) : *c;
+
+			appendStringInfo(&buf, u > 0xffff ? "\\U%08X" : "\\u%04X",
+							 (unsigned int) u);
+		}
+		i += len;
+	}
+	return buf.data;
+}
+
+/*
+ * A Redis key as the SQL caller wrote it, for messages and views: without
+ * rlock.key_prefix, in the database encoding.  Keys come from sessions of
+ * every database; one that this database's encoding cannot show (a
+ * Japanese key seen from a LATIN1 database) is shown escaped rather than
+ * fail the view.
  */
 char *
 rlock_sql_key(const char *key, int keylen)
 {
 	int			prefixlen = strlen(rlock_key_prefix);
-	char	   *utf8;
+	int			encoding = GetDatabaseEncoding();
+	Oid			proc;
+	char	   *out;
+	int			i;
 
 	if (keylen >= prefixlen && memcmp(key, rlock_key_prefix, prefixlen) == 0)
 	{
 		key += prefixlen;
 		keylen -= prefixlen;
 	}
-	utf8 = pnstrdup(key, keylen);
-	return pg_any_to_server(utf8, keylen, PG_UTF8);
+	for (i = 0; i < keylen && !IS_HIGHBIT_SET(key[i]); i++)
+		;
+	if (i == keylen || encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
+		return pnstrdup(key, keylen);	/* the same bytes here */
+
+	proc = FindDefaultConversionProc(PG_UTF8, encoding);
+	if (OidIsValid(proc))
+	{
+		int			size = keylen * MAX_CONVERSION_GROWTH + 1;
+
+		out = palloc(size);
+		if (pg_do_encoding_conversion_buf(proc, PG_UTF8, encoding,
+										  (unsigned char *) key, keylen,
+										  (unsigned char *) out, size,
+										  true) == keylen)
+			return out;
+		pfree(out);
+	}
+	return rlock_escaped_key(key, keylen);
 }

@@ -212,6 +212,25 @@ ok( RlockTest::wait_until(
 	'once Redis takes the release, the row is gone and so is the lock');
 $holder->query_safe("RESET rlock.verify_at_commit");
 
+# -- keys another database's encoding cannot show ----------------------------
+
+# a session of a UTF-8 database holds a Japanese key, a key with an accent
+# and one with a backslash; a LATIN1 database shows what LATIN1 can and
+# escapes the rest, instead of failing the view
+$node->safe_psql('postgres',
+	"CREATE DATABASE lat1 TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C'");
+$node->safe_psql('lat1', 'CREATE EXTENSION rlock');
+$holder->query_safe(
+	q{SELECT rlock_session_try(chr(26085) || chr(26412)), rlock_session_try('caf' || chr(233)), rlock_session_try(E'a\\\\b' || chr(128274))}
+);
+my ($rc, $keys, $err) = $node->psql('lat1',
+	q{SELECT string_agg(CASE WHEN key = 'caf' || chr(233) THEN 'cafe, converted' ELSE key END, ' ' ORDER BY key) FROM rlock_locks WHERE key NOT LIKE 'obs:%'},
+	extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
+is($rc, 0, 'rlock_locks works in a LATIN1 database') or diag($err);
+is($keys, q{\u65E5\u672C a\\\\b\U0001F512 cafe, converted},
+	'keys it cannot show are escaped, the others converted');
+$holder->query_safe('SELECT rlock_release_all()');
+
 $holder->quit;
 $waiter->quit;
 $observer->quit;
