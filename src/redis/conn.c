@@ -678,8 +678,6 @@ rlock_conn_became_ready(RlockConn *conn)
 	if (conn->ever_ready)
 		rlock_count(RLOCK_STAT_RECONNECTS, 1);
 	conn->ever_ready = true;
-	if (!conn->subscriber)
-		rlock_handshake_ask_role(conn);
 	if (!conn->ready_logged)
 	{
 		ereport(LOG,

@@ -245,6 +245,11 @@ rlock_handshake_begin(RlockConn *conn)
 		rlock_args_cstr(args, "INFO");
 		rlock_args_cstr(args, "server");
 		handshake_send(conn, STEP_INFO, RLOCK_SHAPE_STRING, 0);
+		/* a replica would refuse every lock: the role decides first */
+		rlock_redis_status_server(NULL, "");
+		args = handshake_args_reset();
+		rlock_args_cstr(args, "ROLE");
+		handshake_send(conn, STEP_ROLE, RLOCK_SHAPE_ARRAY, 0);
 		args = handshake_args_reset();
 		rlock_args_cstr(args, "CLIENT");
 		rlock_args_cstr(args, "ID");
@@ -254,18 +259,28 @@ rlock_handshake_begin(RlockConn *conn)
 }
 
 /*
- * Ask the server for its role, for rlock_status() (its version came with
- * the handshake).  An ACL may refuse it: the role is then shown as
- * unknown.
+ * A server rlock cannot keep locks on: a Redis Cluster node (keys of other
+ * slots are answered MOVED), a Sentinel (no data at all), a replica
+ * (every write refused).  The connection is given up with the reason,
+ * which requests and rlock_status() show, and made again with back-off:
+ * a failover may turn the server into a primary.
  */
-void
-rlock_handshake_ask_role(RlockConn *conn)
+static void
+handshake_refuse_server(RlockConn *conn, const char *mode, const char *role)
 {
-	RlockArgs  *args = handshake_args_reset();
+	const char *why = NULL;
 
-	rlock_redis_status_server(NULL, "");
-	rlock_args_cstr(args, "ROLE");
-	handshake_send(conn, STEP_ROLE, RLOCK_SHAPE_ARRAY, 0);
+	if (mode != NULL && strcmp(mode, "cluster") == 0)
+		why = "the server runs in cluster mode, which rlock does not support yet: point rlock.host at a standalone Redis";
+	else if (mode != NULL && strcmp(mode, "sentinel") == 0)
+		why = "the server is a Redis Sentinel, not a Redis server: point rlock.host at the primary it monitors";
+	else if (role != NULL && strcmp(role, "slave") == 0)
+		why = "the server is a read-only replica: point rlock.host at the primary";
+	if (why != NULL)
+	{
+		rlock_redis_status_error(why);
+		rlock_conn_give_up(conn, why);
+	}
 }
 
 /*
@@ -391,6 +406,7 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 						 const RlockReply *reply)
 {
 	char		version[32];
+	char		mode[16];
 
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
@@ -407,6 +423,9 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 			if (handshake_info_field(reply->str, "redis_version",
 									 version, sizeof(version)))
 				rlock_redis_status_server(version, NULL);
+			if (handshake_info_field(reply->str, "redis_mode",
+									 mode, sizeof(mode)))
+				handshake_refuse_server(conn, mode, NULL);
 			if (!handshake_info_field(reply->str, "run_id", conn->run_id,
 									  sizeof(conn->run_id)))
 				conn->run_id[0] = '\0';
@@ -418,7 +437,10 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 		case STEP_ROLE:
 			if (reply->elements > 0 &&
 				reply->element[0]->type == RLOCK_REPLY_STRING)
+			{
 				rlock_redis_status_server(NULL, reply->element[0]->str);
+				handshake_refuse_server(conn, NULL, reply->element[0]->str);
+			}
 			break;
 		default:
 			break;

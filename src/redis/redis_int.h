@@ -217,7 +217,6 @@ extern void rlock_redis_status_server(const char *version, const char *role);
 
 /* handshake.c */
 extern void rlock_handshake_begin(RlockConn *conn);
-extern void rlock_handshake_ask_role(RlockConn *conn);
 extern void rlock_handshake_ping(RlockConn *conn);
 extern void rlock_handshake_publish_id(RlockConn *conn);
 

@@ -184,8 +184,10 @@ $n2->stop;
 
 # a primary that turned replica (a failover; a DNS name now pointing
 # elsewhere): a write is refused with READONLY, which reaches the session
-# as 58000, and the worker connects again instead of keeping a connection
-# every write of which would be refused
+# as 58000, and the worker drops the connection instead of keeping one
+# every write of which would be refused; a new connection's handshake
+# finds the replica and refuses it, so requests fail with 08006 and the
+# reason until the server is a primary again
 my $old = RlockTest::Redis->start;
 my $new = RlockTest::Redis->start;
 my $n3 = RlockTest::node('readonly', $old);
@@ -198,32 +200,29 @@ ok( RlockTest::wait_until(
 		},
 		10),
 	'the server is a replica now, and still answers reads');
-my $reconnects = reconnects($n3);
 my ($rc, $ro_out, $err) = $n3->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT rlock_try('ref:ro')");
 like($err, qr/ERROR:  58000: .*\n.*READONLY You can't write/,
 	'a lock on a replica fails with 58000 and Redis\'s text');
 like($err, qr/HINT:  Redis at rlock.host is a read-only replica: point rlock.host at the primary./,
 	'and a hint');
-ok(RlockTest::wait_until(sub { reconnects($n3) > $reconnects }, 10),
-	'and the worker made a new command connection');
 ok( RlockTest::wait_until(
 		sub {
 			$n3->safe_psql('postgres',
-				"SELECT command_connection || ' ' || redis_role FROM rlock_status()"
-			) eq 'ready slave';
+				"SELECT command_connection <> 'ready' AND redis_role = 'slave' AND last_error LIKE '%read-only replica%' FROM rlock_status()"
+			) eq 't';
 		},
 		10),
-	'rlock_status() shows the role of the server');
+	'the worker dropped the connection, and a new one refuses the replica: rlock_status() says so');
+my ($rc2, $out2, $err2, $took2) =
+  RlockTest::timed_psql($n3, "SELECT rlock_try('ref:ro2')");
+like($err2,
+	qr/ERROR:  08006: .*\n.*DETAIL:  No usable connection to Redis at \S+: the server is a read-only replica: point rlock.host at the primary/,
+	'a lock then fails with 08006, saying why');
+cmp_ok($took2, '<', 1 + 0.5, "within rlock.connect_timeout ($took2 s)");
 $old->cmd('REPLICAOF', 'NO', 'ONE');
 ok(RlockTest::wait_for_redis($n3, 10), 'once it is a primary again, locks work');
 $n3->stop;
-
-sub reconnects
-{
-	my ($n) = @_;
-	return $n->safe_psql('postgres', 'SELECT reconnects FROM rlock_stats()');
-}
 
 sub info_connections
 {
