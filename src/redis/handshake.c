@@ -6,21 +6,23 @@
  *
  * The handshake: AUTH (when a user or a password file is set), SELECT
  * (command connection, database other than 0), CLIENT SETNAME, and on the
- * command connection INFO server, CLIENT ID and SCRIPT LOAD of every
+ * command connection INFO server, ROLE, CLIENT ID and SCRIPT LOAD of every
  * registered script; from the INFO reply, the fence against the previous
  * command connection (CLIENT KILL ID).  They are pipelined; the
  * connection is READY when the last of them is answered.  AUTH, SELECT
  * and SCRIPT LOAD must work; an ACL may refuse the others, and rlock then
- * does without what they give.
+ * does without what they give.  A server that cannot keep locks (a
+ * replica by ROLE, a Cluster node or a Sentinel by INFO's redis_mode)
+ * fails the handshake (handshake_refuse_server).
  *
  * Each new command connection first closes the previous one on the
  * server side, so that a command still in the network when the worker
  * gave up on it cannot run after the commands that restate the counts
  * (see handshake_fence).
  *
- * After the handshake the layer sends ROLE (for rlock_status()), PING on
- * an idle command connection while the worker has waiters, and SCRIPT
- * LOAD again when a script went missing (rlock_scripts_reload).
+ * After the handshake the layer sends PING on an idle command connection
+ * while the worker has waiters, and SCRIPT LOAD again when a script went
+ * missing (rlock_scripts_reload).
  *
  * Copyright (c) 2026, rlock developers
  *
