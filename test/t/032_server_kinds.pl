@@ -16,8 +16,11 @@ use Test::More;
 use RlockTest;
 
 my $redis = RlockTest::Redis->start;
+# the cluster bus gets a free port of its own (port + 10000 may not exist)
 my $cluster = RlockTest::Redis->start(
-	args => [ '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf' ]);
+	args => [
+		'--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
+		'--cluster-port', RlockTest::free_port() ]);
 my $node = RlockTest::node('kinds', $cluster,
 	connect_timeout => '1s',
 	command_timeout => '1s');
