@@ -25,6 +25,7 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
+#include "backend/backend.h"
 #include "shared/shared.h"
 
 PG_MODULE_MAGIC;
@@ -44,6 +45,7 @@ int			rlock_command_timeout = 3000;
 int			rlock_watchdog_timeout = 30000;
 int			rlock_max_key_length = 512;
 int			rlock_max_locks = 4096;
+int			rlock_max_locks_per_session = 256;
 int			rlock_verify_at_commit = RLOCK_VERIFY_ON;
 
 static const struct config_enum_entry verify_options[] = {
@@ -96,6 +98,7 @@ _PG_init(void)
 	shmem_request_hook = rlock_request_hook;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = rlock_startup_hook;
+	rlock_utility_init();
 
 	rlock_register_worker();
 }
@@ -197,6 +200,14 @@ rlock_define_settings(void)
 							&rlock_max_locks,
 							4096, 16, 1048576,
 							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.max_locks_per_session",
+							"Most keys one session may hold or be taking at once.",
+							"Keeps one session from filling the shared table of held locks; set by superusers, per role or database too.",
+							&rlock_max_locks_per_session,
+							256, 1, 1048576,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomEnumVariable("rlock.verify_at_commit",

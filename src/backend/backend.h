@@ -37,6 +37,9 @@ extern int64 rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno,
 extern int64 rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz rlock_arg_deadline(int64 us);
 
+/* utility.c: DROP EXTENSION refused while locks are held */
+extern void rlock_utility_init(void);
+
 /* holds.c: the backend's holds and the transaction callbacks */
 extern RlockStatus rlock_acquire(RlockKind kind, const char *key, int keylen,
 								 bool session, TimestampTz wait_until,

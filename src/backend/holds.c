@@ -217,6 +217,15 @@ rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 	if (lh->pinned)
 		return;
 
+	/* every pinned entry is a key held or being taken */
+	if (hash_get_num_entries(local_holds) - nidle >= rlock_max_locks_per_session)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("this session holds too many rlock locks"),
+				 errdetail("rlock.max_locks_per_session allows %d keys held or being taken at once.",
+						   rlock_max_locks_per_session),
+				 errhint("Release locks first, or ask a superuser to raise rlock.max_locks_per_session.")));
+
 	if (lh->hold >= 0 && rlock_hold_pin(lh->hold, lh->generation))
 		index = lh->hold;
 	else

@@ -1,0 +1,97 @@
+/*-------------------------------------------------------------------------
+ *
+ * utility.c
+ *		DROP EXTENSION rlock while sessions hold locks: refused.
+ *
+ * The library stays loaded (shared_preload_libraries) when the extension
+ * is dropped, and so do the holds of running sessions: their locks would
+ * stay in Redis, renewed, with no function left to release them early or
+ * view to show them.  The drop is refused instead, as long as any session
+ * of the instance holds an rlock lock.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/backend/utility.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "nodes/parsenodes.h"
+#include "tcop/utility.h"
+
+#include "backend/backend.h"
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/*
+ * Locks held by sessions of the instance (transaction or session scope).
+ */
+static int
+rlock_holds_held(void)
+{
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+
+		SpinLockAcquire(&h->mutex);
+		if (h->in_use && h->nsession + h->nxact > 0)
+			n++;
+		SpinLockRelease(&h->mutex);
+	}
+	return n;
+}
+
+static void
+rlock_check_drop(DropStmt *stmt)
+{
+	ListCell   *lc;
+	int			n;
+
+	if (stmt->removeType != OBJECT_EXTENSION || rlock_shared == NULL)
+		return;
+	foreach(lc, stmt->objects)
+	{
+		if (strcmp(strVal(lfirst(lc)), "rlock") != 0)
+			continue;
+		n = rlock_holds_held();
+		if (n > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("cannot drop extension rlock while sessions hold rlock locks"),
+					 errdetail_plural("%d lock is held in this instance.",
+									  "%d locks are held in this instance.",
+									  n, n),
+					 errhint("rlock_locks lists them: release them, or end the sessions that hold them, first.")));
+	}
+}
+
+static void
+rlock_process_utility(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	if (IsA(pstmt->utilityStmt, DropStmt))
+		rlock_check_drop((DropStmt *) pstmt->utilityStmt);
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context,
+							 params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/*
+ * Install the hook (from _PG_init, with the library preloaded).
+ */
+void
+rlock_utility_init(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = rlock_process_utility;
+}
