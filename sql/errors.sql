@@ -113,3 +113,67 @@ DROP FUNCTION err_wrapped_try(text);
 SET rlock.verify_margin = '61 min';
 ALTER SYSTEM SET rlock.connect_timeout = '2 h';
 ALTER SYSTEM SET rlock.watchdog_timeout = '25 h';
+
+-- one session cannot fill the shared table: rlock.max_locks_per_session
+SET rlock.max_locks_per_session = 3;
+SELECT count(*) FROM generate_series(1, 5) AS i
+WHERE rlock_session_try('err:many:' || i);
+\echo :LAST_ERROR_SQLSTATE
+-- the three taken stay held, and re-entering one is no new key
+SELECT rlock_session_try('err:many:1');
+SELECT rlock_release_all();
+RESET rlock.max_locks_per_session;
+-- only a superuser may change it
+CREATE ROLE err_plain;
+SET ROLE err_plain;
+SET rlock.max_locks_per_session = 1000;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE err_plain;
+
+-- DROP EXTENSION is refused while any session holds a lock: the holds
+-- would outlive every function that can release them early
+SELECT rlock_session_try('err:drop');
+DROP EXTENSION rlock;
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_session_release('err:drop');
+-- with nothing held it goes through
+DROP EXTENSION rlock;
+
+-- version 1.0 granted the locking functions to PUBLIC; 1.1 (what CREATE
+-- EXTENSION installs, through the update script) leaves that to a
+-- superuser, and ALTER EXTENSION UPDATE revokes it from a 1.0 install
+CREATE ROLE err_app;
+CREATE EXTENSION rlock VERSION '1.0';
+SELECT has_function_privilege('err_app', 'rlock_try(text, interval, interval)', 'EXECUTE') AS may_lock_1_0;
+ALTER EXTENSION rlock UPDATE TO '1.1';
+SELECT extversion FROM pg_extension WHERE extname = 'rlock';
+SELECT p.oid::regprocedure AS function,
+       has_function_privilege('err_app', p.oid, 'EXECUTE') AS granted
+FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'rlock'
+ORDER BY p.oid::regprocedure::text COLLATE "C";
+SET ROLE err_app;
+SELECT rlock_try('err:not-granted');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+-- granted as the documentation says
+GRANT EXECUTE ON FUNCTION rlock_try(text, interval, interval) TO err_app;
+SET ROLE err_app;
+SELECT rlock_try('err:granted');
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION rlock_try(text, interval, interval) FROM err_app;
+DROP ROLE err_app;
+-- a fresh install is the same as an updated one
+DROP EXTENSION rlock;
+CREATE EXTENSION rlock;
+SELECT extversion FROM pg_extension WHERE extname = 'rlock';
+SELECT count(*) AS granted_to_public FROM pg_proc p
+JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'rlock'
+WHERE p.proname IN ('rlock_try', 'rlock_lock', 'rlock_session_try',
+                    'rlock_session_lock', 'rlock_try_token',
+                    'rlock_session_try_token')
+  AND (p.proacl IS NULL OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a
+                                   WHERE a.grantee = 0));
+SELECT rlock_try('err:after-drop');

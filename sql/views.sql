@@ -70,6 +70,8 @@ SELECT (SELECT sum(count) FROM rlock_latency WHERE kind = 'acquire') =
 CREATE ROLE rlock_views_alice;
 CREATE ROLE rlock_views_bob;
 CREATE ROLE rlock_views_stats IN ROLE pg_read_all_stats;
+GRANT EXECUTE ON FUNCTION rlock_session_try(text, interval, interval)
+    TO rlock_views_alice;
 SET SESSION AUTHORIZATION rlock_views_alice;
 SELECT rlock_session_try('views:alice');
 SELECT key, scope, state FROM rlock_locks WHERE pid = pg_backend_pid();
@@ -86,6 +88,8 @@ SELECT rlock_session_release('views:alice');
 SET ROLE rlock_views_bob;
 SELECT rlock_stats_reset();
 RESET ROLE;
+REVOKE EXECUTE ON FUNCTION rlock_session_try(text, interval, interval)
+    FROM rlock_views_alice;
 DROP ROLE rlock_views_alice;
 DROP ROLE rlock_views_bob;
 DROP ROLE rlock_views_stats;

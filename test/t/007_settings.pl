@@ -58,6 +58,8 @@ is_deeply($sub->next_message(5), [ 'redisson_lock__channel:{app:pfx}', '0' ],
 $s->quit;
 
 $node->safe_psql('postgres', 'CREATE ROLE joe LOGIN');
+$node->safe_psql('postgres',
+	'GRANT EXECUTE ON FUNCTION rlock_try(text, interval, interval) TO joe');
 ($rc, $out, $err) = $node->psql('postgres', 'SHOW rlock.password_file',
 	extra_params => [ '-U', 'joe' ]);
 like($err, qr/must be superuser or have privileges of pg_read_all_settings/,

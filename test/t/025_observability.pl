@@ -229,6 +229,10 @@ my ($rc, $keys, $err) = $node->psql('lat1',
 is($rc, 0, 'rlock_locks works in a LATIN1 database') or diag($err);
 is($keys, q{\u65E5\u672C a\\\\b\U0001F512 cafe, converted},
 	'keys it cannot show are escaped, the others converted');
+# keys are the instance's, not the database's: the same key taken from
+# the LATIN1 database (converted to UTF-8 for Redis) is the same lock
+is($node->safe_psql('lat1', q{SELECT rlock_try('caf' || chr(233))}), 'f',
+	'another database finds the same key held: keys are shared by every database');
 $holder->query_safe('SELECT rlock_release_all()');
 
 $holder->quit;
