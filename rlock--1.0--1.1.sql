@@ -16,3 +16,12 @@ REVOKE EXECUTE ON FUNCTION
     rlock_try_token(text, interval, interval),
     rlock_session_try_token(text, interval, interval)
 FROM PUBLIC;
+
+-- Remove a lock whoever holds it and wake its waiters (Redisson's
+-- forceUnlock): for superusers and the roles they grant it to.
+CREATE FUNCTION rlock_force_release(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_force_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION rlock_force_release(text) FROM PUBLIC;

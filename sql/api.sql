@@ -46,9 +46,20 @@ COMMIT;
 SELECT rlock_is_locked('api:b');
 
 -- a try with a wait on a free lock returns at once, and outside an
--- explicit transaction block the lock ends with the statement
+-- explicit transaction block the lock ends with the statement: a
+-- WARNING says so, with SQLSTATE 25P01 as for SET LOCAL there
 SELECT rlock_try('api:w', '10 s');
+\set VERBOSITY sqlstate
+SELECT rlock_try('api:w');
+\set VERBOSITY default
 SELECT rlock_held('api:w'), rlock_is_locked('api:w');
+-- none where the lock lasts as long as it is meant to: after BEGIN, in a
+-- DO block or a procedure (procedures.sql), in statements sent together
+BEGIN;
+SELECT rlock_try('api:w');
+COMMIT;
+DO $$ BEGIN PERFORM rlock_try('api:w'); END $$;
+SELECT rlock_try('api:w') \; SELECT rlock_held('api:w');
 
 -- session scope
 SELECT rlock_session_try('api:s');

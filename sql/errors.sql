@@ -16,6 +16,10 @@ SELECT rlock_held('');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rlock_is_locked(NULL);
 \echo :LAST_ERROR_SQLSTATE
+SELECT rlock_force_release(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_force_release('');
+\echo :LAST_ERROR_SQLSTATE
 SELECT rlock_try(repeat('k', 513));
 \echo :LAST_ERROR_SQLSTATE
 -- exactly rlock.max_key_length bytes is fine
@@ -128,7 +132,24 @@ CREATE ROLE err_plain;
 SET ROLE err_plain;
 SET rlock.max_locks_per_session = 1000;
 \echo :LAST_ERROR_SQLSTATE
+-- nor weaken the check before commit: the default is the safe value
+SET rlock.verify_at_commit = lease;
+\echo :LAST_ERROR_SQLSTATE
+SET rlock.verify_at_commit = off;
+\echo :LAST_ERROR_SQLSTATE
+SET rlock.verify_margin = 0;
+\echo :LAST_ERROR_SQLSTATE
+SHOW rlock.verify_at_commit;
 RESET ROLE;
+-- a superuser may, per role too
+ALTER ROLE err_plain SET rlock.verify_at_commit = lease;
+SELECT setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole
+WHERE r.rolname = 'err_plain';
+ALTER ROLE err_plain RESET rlock.verify_at_commit;
+-- 1.0's "always" is the default now
+SET rlock.verify_at_commit = always;
+SHOW rlock.verify_at_commit;
+RESET rlock.verify_at_commit;
 DROP ROLE err_plain;
 
 -- DROP EXTENSION is refused while any session holds a lock: the holds

@@ -50,8 +50,9 @@ int			rlock_verify_at_commit = RLOCK_VERIFY_ON;
 
 static const struct config_enum_entry verify_options[] = {
 	{"off", RLOCK_VERIFY_OFF, false},
+	{"lease", RLOCK_VERIFY_LEASE, false},
 	{"on", RLOCK_VERIFY_ON, false},
-	{"always", RLOCK_VERIFY_ALWAYS, false},
+	{"always", RLOCK_VERIFY_ON, true},	/* 1.0's name for "on" */
 	{"false", RLOCK_VERIFY_OFF, true},
 	{"true", RLOCK_VERIFY_ON, true},
 	{"no", RLOCK_VERIFY_OFF, true},
@@ -156,11 +157,11 @@ rlock_define_settings(void)
 
 	DefineCustomStringVariable("rlock.key_prefix",
 							   "Text put in front of every lock key.",
-							   NULL,
+							   "Set by superusers, per role or database too; fixed in a session once it used rlock.",
 							   &rlock_key_prefix,
 							   "",
-							   PGC_POSTMASTER, 0,
-							   NULL, NULL, NULL);
+							   PGC_SUSET, 0,
+							   rlock_check_key_prefix, NULL, NULL);
 
 	DefineCustomIntVariable("rlock.connect_timeout",
 							"Time allowed for connecting to Redis.",
@@ -212,18 +213,18 @@ rlock_define_settings(void)
 
 	DefineCustomEnumVariable("rlock.verify_at_commit",
 							 "Checks before a commit that its transaction-scoped locks are still held.",
-							 "A transaction whose lock was lost (its lease ran out, or it was removed) fails to commit with a serialization failure.  \"on\" asks Redis unless Redis confirmed, on the current connection, a lease that outlasts rlock.verify_margin; \"always\" asks at every commit.",
+							 "A transaction whose lock was lost (its lease ran out, or it was removed) fails to commit with a serialization failure.  \"on\" asks Redis at every commit; \"lease\" asks unless Redis confirmed, on the current connection, a lease that outlasts rlock.verify_margin.  Set by superusers, per role or database too.",
 							 &rlock_verify_at_commit,
 							 RLOCK_VERIFY_ON, verify_options,
-							 PGC_USERSET, 0,
+							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("rlock.verify_margin",
 							"Lease a lock must have left when its transaction commits.",
-							"The check before a commit extends shorter leases to this.",
+							"The check before a commit extends shorter leases to this.  Set by superusers, per role or database too.",
 							&rlock_verify_margin,
 							2000, 0, RLOCK_MAX_TIMEOUT_MS,
-							PGC_USERSET, GUC_UNIT_MS,
+							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomEnumVariable("rlock.tls",

@@ -70,8 +70,8 @@ extern int	rlock_verify_at_commit;
 typedef enum RlockVerify
 {
 	RLOCK_VERIFY_OFF,
-	RLOCK_VERIFY_ON,			/* ask Redis unless its last word covers it */
-	RLOCK_VERIFY_ALWAYS			/* ask Redis at every commit */
+	RLOCK_VERIFY_LEASE,			/* ask Redis unless its last word covers it */
+	RLOCK_VERIFY_ON				/* ask Redis at every commit */
 } RlockVerify;
 extern int	rlock_verify_margin;
 

@@ -15,6 +15,7 @@
 #define RLOCK_BACKEND_H
 
 #include "fmgr.h"
+#include "utils/guc.h"
 
 #include "shared/shared.h"
 
@@ -30,6 +31,9 @@ typedef struct RlockKey
 
 extern void rlock_check_loaded(void);
 extern void rlock_check_not_parallel(void);
+extern const char *rlock_prefix(void);
+extern bool rlock_check_key_prefix(char **newval, void **extra,
+								   GucSource source);
 extern void rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key);
 extern int64 rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno,
 								   const char *what, bool null_ok,
@@ -39,6 +43,7 @@ extern TimestampTz rlock_arg_deadline(int64 us);
 
 /* utility.c: DROP EXTENSION refused while locks are held */
 extern void rlock_utility_init(void);
+extern bool rlock_in_routine(void);
 
 /* holds.c: the backend's holds and the transaction callbacks */
 extern RlockStatus rlock_acquire(RlockKind kind, const char *key, int keylen,

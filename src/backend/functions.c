@@ -3,7 +3,7 @@
  * functions.c
  *		Argument checks for the SQL functions of every lock kind, and the
  *		functions that concern no kind in particular: rlock_release_all,
- *		rlock_held, rlock_is_locked, rlock_ttl.
+ *		rlock_held, rlock_is_locked, rlock_ttl, rlock_force_release.
  *
  * Keys are sent to Redis in UTF-8 (Redisson's encoding) with
  * rlock.key_prefix in front.  Messages name the key as the caller wrote it.
@@ -25,6 +25,8 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "backend/backend.h"
@@ -33,6 +35,7 @@ PG_FUNCTION_INFO_V1(rlock_release_all);
 PG_FUNCTION_INFO_V1(rlock_held);
 PG_FUNCTION_INFO_V1(rlock_is_locked);
 PG_FUNCTION_INFO_V1(rlock_ttl);
+PG_FUNCTION_INFO_V1(rlock_force_release);
 
 void
 rlock_check_loaded(void)
@@ -42,6 +45,43 @@ rlock_check_loaded(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("rlock must be loaded via shared_preload_libraries"),
 				 errhint("Add rlock to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+/*
+ * The session's rlock.key_prefix: the setting's value when the session
+ * first used rlock, for the rest of its life.  Its holds are known by
+ * their prefixed keys; a prefix that changed under them would make them
+ * impossible to name.
+ */
+static char *session_prefix = NULL;
+
+const char *
+rlock_prefix(void)
+{
+	if (session_prefix == NULL)
+		session_prefix = MemoryContextStrdup(TopMemoryContext,
+											 rlock_key_prefix);
+	return session_prefix;
+}
+
+/*
+ * Check hook of rlock.key_prefix: a SET of another prefix, once the
+ * session used rlock, is refused.  (A reload's new value reaches new
+ * sessions only; role and database settings apply at session start.)
+ */
+bool
+rlock_check_key_prefix(char **newval, void **extra, GucSource source)
+{
+	if (session_prefix != NULL && source >= PGC_S_INTERACTIVE &&
+		strcmp(*newval, session_prefix) != 0)
+	{
+		GUC_check_errcode(ERRCODE_CANT_CHANGE_RUNTIME_PARAM);
+		GUC_check_errmsg("rlock.key_prefix cannot change once the session has used rlock");
+		GUC_check_errdetail("This session's keys have the prefix \"%s\".",
+							session_prefix);
+		return false;
+	}
+	return true;
 }
 
 /*
@@ -75,7 +115,7 @@ rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 	/* first: without preloading, not even the settings exist */
 	rlock_check_loaded();
 	rlock_check_not_parallel();
-	prefixlen = strlen(rlock_key_prefix);
+	prefixlen = strlen(rlock_prefix());
 
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -102,7 +142,7 @@ rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 
 	key->len = prefixlen + utf8len;
 	key->redis = palloc(key->len + 1);
-	memcpy(key->redis, rlock_key_prefix, prefixlen);
+	memcpy(key->redis, rlock_prefix(), prefixlen);
 	memcpy(key->redis + prefixlen, utf8, utf8len);
 	key->redis[key->len] = '\0';
 }
@@ -248,4 +288,24 @@ rlock_ttl(PG_FUNCTION_ARGS)
 	result = (Interval *) palloc0(sizeof(Interval));
 	result->time = value * 1000;
 	PG_RETURN_INTERVAL_P(result);
+}
+
+/*
+ * Remove a lock whoever holds it (a session of any instance, a Redisson
+ * client) and wake its waiters, as Redisson's forceUnlock() does.  Not
+ * PUBLIC's to run (the extension script revokes it).  Holders learn of
+ * the loss as of any other: a transaction at its commit (40001), a
+ * session at its next renewal or use of the key.
+ */
+Datum
+rlock_force_release(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+	RlockStatus status;
+	int64		value = 0;
+
+	rlock_arg_key(fcinfo, 0, &key);
+	status = rlock_query(RLOCK_OP_FORCE, &key, &value);
+	rlock_report_status(status, key.sql, strlen(key.sql));
+	PG_RETURN_BOOL(value == 1);
 }

@@ -111,6 +111,7 @@ static SubTransactionId xact_lost_subid = InvalidSubTransactionId;
 /* Idle entries beyond this many are checked at transaction end */
 #define RLOCK_IDLE_PRUNE	64
 
+static void rlock_warn_outside_block(LocalHold *lh);
 static void rlock_xact_callback(XactEvent event, void *arg);
 static void rlock_subxact_callback(SubXactEvent event,
 								   SubTransactionId mySubid,
@@ -230,8 +231,8 @@ rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 		index = lh->hold;
 	else
 	{
-		index = rlock_hold_alloc(rlock_my_owner_id(), kind,
-								 key, keylen, &generation);
+		index = rlock_hold_alloc(rlock_my_owner_id(), kind, key, keylen,
+								 strlen(rlock_prefix()), &generation);
 		if (index < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -567,7 +568,7 @@ rlock_local_warn_lost(LocalHold *lh, int32 nxact, int32 nsession,
 
 	if (!(warn_session && nsession > 0) && !(warn_xact && nxact > 0))
 		return;
-	key = rlock_sql_key(lh->key.data, lh->key.len);
+	key = rlock_sql_key(lh->key.data, lh->key.len, strlen(rlock_prefix()));
 	if (warn_session && nsession > 0)
 		ereport(WARNING,
 				(errmsg("session-scoped lock \"%s\" was lost", key),
@@ -709,6 +710,8 @@ rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 		dropped = rlock_local_drop_lost(lh, &nxact, &nsession);
 		rlock_local_add(lh, session, lease_ms, want_token ? value : 0);
 		*token = value;
+		if (!session)
+			rlock_warn_outside_block(lh);
 		if (dropped > 0)
 		{
 			rlock_local_queue(lh, dropped);
@@ -898,11 +901,33 @@ rlock_xact_holds_vouched(void)
 }
 
 /*
+ * A transaction-scoped lock taken by a statement that is its own
+ * transaction (no BEGIN, not inside a CALL or DO, not one of several
+ * statements sent together) is released as soon as that statement ends;
+ * warn, as PostgreSQL does for SET LOCAL there.
+ */
+static void
+rlock_warn_outside_block(LocalHold *lh)
+{
+	char	   *key;
+
+	if (IsTransactionBlock() || rlock_in_routine())
+		return;
+	key = rlock_sql_key(lh->key.data, lh->key.len, strlen(rlock_prefix()));
+	ereport(WARNING,
+			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+			 errmsg("transaction-scoped lock \"%s\" taken outside a transaction block", key),
+			 errdetail("It is released when this statement ends."),
+			 errhint("Take it after BEGIN, or use the rlock_session_ functions for a lock that outlives the statement.")));
+	pfree(key);
+}
+
+/*
  * PRE_COMMIT, PRE_PREPARE: before a transaction that holds
  * transaction-scoped locks commits, check them all in one round trip
  * (extending short leases to rlock.verify_margin), and refuse the commit
- * if one was lost, now or earlier in the transaction.  With "on" rather
- * than "always", the round trip is left out when Redis's last word on
+ * if one was lost, now or earlier in the transaction.  With "lease"
+ * rather than "on", the round trip is left out when Redis's last word on
  * every hold vouches for it.  Raising here is allowed: the transaction
  * aborts and its holds are released.
  */
@@ -917,7 +942,7 @@ rlock_verify_before_commit(void)
 		return;
 
 	if (!dlist_is_empty(&xact_holds) &&
-		(rlock_verify_at_commit == RLOCK_VERIFY_ALWAYS ||
+		(rlock_verify_at_commit == RLOCK_VERIFY_ON ||
 		 !rlock_xact_holds_vouched()))
 	{
 		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL, false,
@@ -938,7 +963,8 @@ rlock_verify_before_commit(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("lock \"%s\" was lost before the transaction committed",
-						rlock_sql_key(xact_lost_key, xact_lost_keylen)),
+						rlock_sql_key(xact_lost_key, xact_lost_keylen,
+									  strlen(rlock_prefix()))),
 				 errdetail("Its lease ran out, or it was removed from Redis, while the transaction held it."),
 				 errhint("Retry the transaction.  A lease longer than the work, or the watchdog (no lease), keeps the lock.")));
 }

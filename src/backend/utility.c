@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * utility.c
- *		DROP EXTENSION rlock while sessions hold locks: refused.
+ *		DROP EXTENSION rlock while sessions hold locks: refused; and
+ *		whether a CALL or DO is running.
  *
  * The library stays loaded (shared_preload_libraries) when the extension
  * is dropped, and so do the holds of running sessions: their locks would
@@ -24,6 +25,9 @@
 #include "backend/backend.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/* CALL and DO statements running in this session, nested or not */
+static int	routines_running = 0;
 
 /*
  * Locks held by sessions of the instance (transaction or session scope).
@@ -76,14 +80,38 @@ rlock_process_utility(PlannedStmt *pstmt, const char *queryString,
 					  ParamListInfo params, QueryEnvironment *queryEnv,
 					  DestReceiver *dest, QueryCompletion *qc)
 {
+	bool		routine = IsA(pstmt->utilityStmt, CallStmt) ||
+		IsA(pstmt->utilityStmt, DoStmt);
+
 	if (IsA(pstmt->utilityStmt, DropStmt))
 		rlock_check_drop((DropStmt *) pstmt->utilityStmt);
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context,
-							 params, queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-								params, queryEnv, dest, qc);
+	if (routine)
+		routines_running++;
+	PG_TRY();
+	{
+		if (prev_process_utility)
+			prev_process_utility(pstmt, queryString, readOnlyTree, context,
+								 params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+									params, queryEnv, dest, qc);
+	}
+	PG_FINALLY();
+	{
+		if (routine)
+			routines_running--;
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Whether a CALL or DO statement is running: there, a transaction-scoped
+ * lock lasts until the routine's COMMIT or its end, as it means to.
+ */
+bool
+rlock_in_routine(void)
+{
+	return routines_running > 0;
 }
 
 /*

@@ -65,14 +65,16 @@ typedef struct LockRow
 	TimestampTz wait_until;
 	char	   *key;			/* Redis form; NULL if it could not be read */
 	int			keylen;
+	int			prefixlen;
 } LockRow;
 
 /*
- * Copy the key of a hold entry that was in use with "generation": NULL if
- * the entry was freed (and maybe reused) meanwhile.
+ * Copy the key of a hold entry that was in use with "generation", and
+ * tell the length of its holder's rlock.key_prefix: NULL if the entry was
+ * freed (and maybe reused) meanwhile.
  */
 static char *
-views_copy_key(int index, uint32 generation, int *keylen)
+views_copy_key(int index, uint32 generation, int *keylen, int *prefixlen)
 {
 	RlockHold  *h = rlock_hold(index);
 	char	   *key;
@@ -82,6 +84,7 @@ views_copy_key(int index, uint32 generation, int *keylen)
 	SpinLockAcquire(&h->mutex);
 	same = h->in_use && h->generation == generation;
 	len = h->keylen;
+	*prefixlen = h->prefixlen;
 	SpinLockRelease(&h->mutex);
 	if (!same)
 		return NULL;
@@ -129,7 +132,7 @@ views_emit_lock(ReturnSetInfo *rsinfo, LockRow *r, const char *scope,
 	/* key */
 	if (visible && r->key != NULL)
 	{
-		values[i] = CStringGetTextDatum(rlock_sql_key(r->key, r->keylen));
+		values[i] = CStringGetTextDatum(rlock_sql_key(r->key, r->keylen, r->prefixlen));
 		nulls[i] = false;
 	}
 	i++;
@@ -235,7 +238,7 @@ views_read_hold(int index, LockRow *r)
 
 	if (!in_use)
 		return false;
-	r->key = views_copy_key(index, generation, &r->keylen);
+	r->key = views_copy_key(index, generation, &r->keylen, &r->prefixlen);
 	return r->key != NULL;
 }
 
@@ -271,7 +274,7 @@ views_read_slot(int index, LockRow *r)
 
 	if (!acquiring || hold < 0)
 		return false;
-	r->key = views_copy_key(hold, generation, &r->keylen);
+	r->key = views_copy_key(hold, generation, &r->keylen, &r->prefixlen);
 	return r->key != NULL;
 }
 

@@ -84,6 +84,11 @@ typedef struct RlockKindMethod
 	/* whether the reply says hold i is still there; false if it means
 	 * nothing */
 	bool		(*batch_result) (const RlockReply *reply, int i, bool *held);
+
+	/* remove the lock whoever holds it, and wake its waiters; the reply
+	 * is an integer, 1 if there was one */
+	void		(*force) (RlockArgs *args, RlockCmd *cmd, const char *key,
+						  int keylen);
 } RlockKindMethod;
 
 extern const RlockKindMethod *const rlock_kinds[RLOCK_NKINDS];

@@ -155,21 +155,21 @@ rlock_escaped_key(const char *key, int keylen)
 
 /*
  * A Redis key as the SQL caller wrote it, for messages and views: without
- * rlock.key_prefix, in the database encoding.  Keys come from sessions of
+ * the first prefixlen bytes (the caller's rlock.key_prefix), in the
+ * database encoding.  Keys come from sessions of
  * every database; one that this database's encoding cannot show (a
  * Japanese key seen from a LATIN1 database) is shown escaped rather than
  * fail the view.
  */
 char *
-rlock_sql_key(const char *key, int keylen)
+rlock_sql_key(const char *key, int keylen, int prefixlen)
 {
-	int			prefixlen = strlen(rlock_key_prefix);
 	int			encoding = GetDatabaseEncoding();
 	Oid			proc;
 	char	   *out;
 	int			i;
 
-	if (keylen >= prefixlen && memcmp(key, rlock_key_prefix, prefixlen) == 0)
+	if (prefixlen > 0 && keylen >= prefixlen)
 	{
 		key += prefixlen;
 		keylen -= prefixlen;

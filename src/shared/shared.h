@@ -42,7 +42,8 @@ typedef enum RlockOp
 	RLOCK_OP_EXISTS,			/* is the key held by anyone */
 	RLOCK_OP_PTTL,				/* remaining lease of the key */
 	RLOCK_OP_BARRIER,			/* answered once everything before it is */
-	RLOCK_OP_VERIFY				/* are the session's holds still there */
+	RLOCK_OP_VERIFY,			/* are the session's holds still there */
+	RLOCK_OP_FORCE				/* remove the key, whoever holds it */
 } RlockOp;
 
 /*
@@ -134,6 +135,7 @@ typedef struct RlockHold
 	uint64		owner_id;		/* the <n> of the owner "<uuid>:<n>" */
 	RlockKind	kind;
 	int			keylen;
+	int			prefixlen;		/* the owner's rlock.key_prefix, in key */
 	int			pid;			/* the owning backend, for the views */
 	Oid			userid;
 
@@ -315,7 +317,8 @@ extern RlockHold *rlock_hold(int index);
 extern void rlock_ring_push(int item);
 extern bool rlock_ring_pop(int *item);
 extern int	rlock_hold_alloc(uint64 owner_id, RlockKind kind,
-							 const char *key, int keylen, uint32 *generation);
+							 const char *key, int keylen, int prefixlen,
+							 uint32 *generation);
 extern void rlock_hold_publish(int index, int32 nsession, int32 nxact,
 							   int64 token, TimestampTz acquired_at);
 extern bool rlock_hold_pin(int index, uint32 generation);
@@ -352,7 +355,7 @@ typedef struct RlockKeyRef
 extern int	rlock_channel_name(char *buf, const char *key, int keylen);
 extern int	rlock_token_name(char *buf, const char *key, int keylen);
 extern int	rlock_owner_name(char *buf, uint64 owner_id);
-extern char *rlock_sql_key(const char *key, int keylen);
+extern char *rlock_sql_key(const char *key, int keylen, int prefixlen);
 /* room for the longest derived name (the channel) of a key */
 #define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_CHANNEL_PREFIX) + (keylen) + 2)
 #define RLOCK_OWNER_MAXLEN				(RLOCK_UUID_LEN + 22)

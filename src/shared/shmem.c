@@ -220,13 +220,14 @@ rlock_ring_pop(int *item)
 }
 
 /*
- * Allocate a hold entry for one key of this backend, pinned.  Returns -1
+ * Allocate a hold entry for one key of this backend, pinned; the key's
+ * first prefixlen bytes are the backend's rlock.key_prefix.  Returns -1
  * when the table is full; otherwise the index, with the entry's generation
  * in *generation.
  */
 int
 rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
-				 uint32 *generation)
+				 int prefixlen, uint32 *generation)
 {
 	RlockHold  *h;
 	int			index;
@@ -250,6 +251,7 @@ rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
 	h->owner_id = owner_id;
 	h->kind = kind;
 	h->keylen = keylen;
+	h->prefixlen = prefixlen;
 	h->pinned = true;
 	h->worker_refs = 0;
 	h->to_release = 0;

@@ -685,8 +685,9 @@ worker_send_verify(WorkerReq *req)
 }
 
 /*
- * Send a request that needs no script: EXISTS or PTTL on its key, or PING
- * for RELEASE and BARRIER (answered once everything sent before it is).
+ * Send a request about a key, or none: EXISTS or PTTL on its key, the
+ * kind's force script for FORCE, or PING for RELEASE and BARRIER
+ * (answered once everything sent before it is).
  */
 static void
 worker_send_query(WorkerReq *req)
@@ -696,6 +697,10 @@ worker_send_query(WorkerReq *req)
 
 	switch (req->op)
 	{
+		case RLOCK_OP_FORCE:
+			rlock_kinds[RLOCK_KIND_PLAIN]->force(args, &wc->cmd, req->key,
+												 req->keylen);
+			break;
 		case RLOCK_OP_EXISTS:
 			rlock_args_cstr(args, "EXISTS");
 			wc->cmd.shape = RLOCK_SHAPE_INTEGER;
@@ -709,7 +714,7 @@ worker_send_query(WorkerReq *req)
 			wc->cmd.shape = RLOCK_SHAPE_PONG;
 			break;
 	}
-	if (req->key != NULL)
+	if (req->key != NULL && req->op != RLOCK_OP_FORCE)
 		rlock_args_add(args, req->key, req->keylen);
 	wc->slot = worker_slot_of(req);
 	wc->seq = req->seq;
@@ -1059,6 +1064,10 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		return;
 	}
 	worker_note_answered(req);
+	if (reply->type == RLOCK_REPLY_ERROR &&
+		rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT &&
+		req->op == RLOCK_OP_FORCE && worker_noscript_retry(conn, req, wc))
+		return;
 	if (reply->type == RLOCK_REPLY_ERROR)
 		worker_complete_error(req, reply);
 	else if (worker_release_refused_now(req))

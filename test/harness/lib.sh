@@ -6,7 +6,7 @@
 # EXIT trap stops.
 
 RLOCK_PACKAGES="make gcc postgresql-15 postgresql-client-15 postgresql-server-dev-15
-libhiredis-dev libssl-dev openssl redis-server libipc-run-perl clang
+libhiredis-dev libssl-dev openssl redis-server libipc-run-perl clang python3-psycopg2
 libclang-rt-14-dev"
 
 PG_BINDIR=/usr/lib/postgresql/15/bin

@@ -104,7 +104,8 @@ is($node->safe_psql('postgres', "SELECT rlock_try('wire:r')"),
 
 # ... and its unlock message wakes an rlock waiter, long before the lease
 # (30 s) would have let it in
-$s1->query_until(qr/waiting/, "\\echo waiting\nSELECT rlock_try('wire:r', '25 s');\n");
+$s1->query_until(qr/waiting/,
+	"\\echo waiting\nBEGIN;\nSELECT rlock_try('wire:r', '25 s');\nCOMMIT;\n");
 ok(RlockTest::wait_for_subscribers($redis, 'wire:r', 1),
 	'the waiting rlock subscribed to the channel');
 my $t0 = time;

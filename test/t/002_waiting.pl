@@ -133,7 +133,7 @@ ok( RlockTest::wait_until(
 	'a first session waits for the dying lock');
 my $second = $node->background_psql('postgres');
 $t0 = time;
-is($second->query_safe("SELECT rlock_try('line:dead', '20 s')"), 't',
+is($second->query_safe("BEGIN; SELECT rlock_try('line:dead', '20 s'); COMMIT"), 't',
 	'a session that joined the line gets the lock once the lease ran out');
 my $took = time - $t0;
 cmp_ok($took, '<', 5, "soon after the lease ended, not at its own deadline ($took s)");
@@ -149,7 +149,7 @@ $redis->cmd('PEXPIRE', '{line:k}', 60_000);
 my $braced = $node->background_psql('postgres');
 my $braced_pid = $braced->query_safe('SELECT pg_backend_pid()');
 $braced->query_until(qr/started/,
-	"\\echo started\nSELECT rlock_try('{line:k}', '30 s');\n");
+	"\\echo started\nBEGIN;\nSELECT rlock_try('{line:k}', '30 s');\nCOMMIT;\n");
 ok( RlockTest::wait_until(
 		sub { RlockTest::count_waiting($node, $braced_pid) == 1 }),
 	'a session waits for "{line:k}"');

@@ -60,6 +60,50 @@ $s->quit;
 $node->safe_psql('postgres', 'CREATE ROLE joe LOGIN');
 $node->safe_psql('postgres',
 	'GRANT EXECUTE ON FUNCTION rlock_try(text, interval, interval) TO joe');
+
+# a key namespace per role or database, set by a superuser: the prefix
+# is the session's for its life, and views show each holder's key as
+# that holder wrote it
+$node->safe_psql('postgres',
+	"ALTER ROLE joe SET rlock.key_prefix = 'joe:';"
+	  . "GRANT EXECUTE ON FUNCTION rlock_session_try(text, interval, interval) TO joe");
+my $joe = $node->background_psql('postgres', on_error_stop => 0,
+	extra_params => [ '-U', 'joe' ]);
+is($joe->query_safe('SHOW rlock.key_prefix'), 'joe:', "joe's sessions get joe's prefix");
+my $joe_pid = $joe->query_safe('SELECT pg_backend_pid()');
+$joe->query_safe("SELECT rlock_session_try('pfx')");
+is($redis->cmd('EXISTS', 'joe:pfx') . $redis->cmd('EXISTS', 'app:pfx'), '10',
+	"joe's lock is joe:pfx in Redis, not the instance's app:pfx");
+is( $node->safe_psql('postgres',
+		"SELECT key FROM rlock_locks WHERE pid = $joe_pid"),
+	'pfx', "a superuser's view shows joe's key without joe's prefix");
+is($node->safe_psql('postgres', "SELECT rlock_is_locked('pfx')"), 'f',
+	'the instance-wide prefix names another key');
+$joe->query('SET rlock.key_prefix = \'other:\'');
+like($joe->{stderr}, qr/permission denied to set parameter "rlock.key_prefix"/,
+	'a session cannot change its prefix');
+$joe->{stderr} = '';
+$joe->query("ALTER ROLE joe SET rlock.key_prefix = 'other:'");
+like($joe->{stderr}, qr/permission denied to set parameter "rlock.key_prefix"/,
+	'nor may a role choose its own');
+$joe->{stderr} = '';
+$joe->quit;
+ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'joe:pfx') == 0 }),
+	"joe's lock went with its session");
+$node->safe_psql('postgres',
+	"CREATE DATABASE other; ALTER DATABASE other SET rlock.key_prefix = 'db2:'");
+$node->safe_psql('other', 'CREATE EXTENSION rlock');
+my $db2 = $node->background_psql('other');
+$db2->query_safe("SELECT rlock_session_try('pfx')");
+is($redis->cmd('EXISTS', 'db2:pfx'), 1, "a database's own prefix");
+$db2->quit;
+$node->safe_psql('postgres', 'ALTER ROLE joe RESET rlock.key_prefix');
+# nor can a superuser's, once it used rlock: its holds carry the prefix
+($rc, $out, $err) = $node->psql('postgres',
+	"SET rlock.key_prefix = 'a:'; SELECT rlock_is_locked('x'); SET rlock.key_prefix = 'b:'");
+like($err, qr/rlock.key_prefix cannot change once the session has used rlock/,
+	"a superuser's session keeps the prefix it used");
+
 ($rc, $out, $err) = $node->psql('postgres', 'SHOW rlock.password_file',
 	extra_params => [ '-U', 'joe' ]);
 like($err, qr/must be superuser or have privileges of pg_read_all_settings/,

@@ -30,7 +30,7 @@ $holder->query_safe('INSERT INTO t VALUES (1)');
 
 my $waiter = $node->background_psql('postgres');
 $waiter->query_until(qr/waiting/,
-	"\\echo waiting\nSELECT rlock_try('visible:k', '60 s');\n");
+	"\\echo waiting\nBEGIN;\nSELECT rlock_try('visible:k', '60 s');\nCOMMIT;\n");
 
 $holder->query_until(qr/committing/, "\\echo committing\nCOMMIT;\n");
 ok( RlockTest::wait_until(

@@ -51,6 +51,31 @@ for my $i (0 .. 4)
 	$s[$i]->quit;
 }
 
+# the check before commit (rlock.verify_at_commit = on) goes the same way:
+# five sessions commit while Redis is frozen, and all five checks are
+# written before any is answered
+my @c = map { $node->background_psql('postgres') } 1 .. 5;
+for my $i (0 .. 4)
+{
+	$c[$i]->query_safe('BEGIN');
+	$c[$i]->query_safe("SELECT rlock_try('pipe:check:$i')");
+}
+$redis->freeze;
+$before = bytes_written();
+for my $i (0 .. 4)
+{
+	$c[$i]->query_until(qr/committing/, "\\echo committing\nCOMMIT;\n");
+}
+ok(RlockTest::wait_until(sub { bytes_written() - $before >= 5 * 100 }, 10),
+	'five checks before commit were written while none was answered');
+$redis->thaw;
+for my $i (0 .. 4)
+{
+	is($c[$i]->query_safe("SELECT rlock_held('pipe:check:$i')"), '0',
+		"commit $i went through once Redis answered");
+	$c[$i]->quit;
+}
+
 # one transaction ending with many holds: one write for all the releases
 my $h = $node->background_psql('postgres');
 $h->query_safe('BEGIN');

@@ -1,8 +1,9 @@
 # Lease safety: the watchdog keeps a lock through a long query; a lost lock
 # is reported (session scope) or fails the commit with 40001 (transaction
 # scope); the check before the commit extends a short lease to the margin,
-# and is left out when Redis confirmed a longer lease on the connection
-# still open (unless rlock.verify_at_commit = always);
+# asks Redis at every commit by default, and with rlock.verify_at_commit
+# = lease is left out when Redis confirmed a longer lease on the
+# connection still open;
 # an explicit lease runs out on time and hands the lock to a waiter at
 # once; fencing tokens grow across rlock and Redisson-style clients.
 
@@ -94,27 +95,44 @@ $redis->cmd('DEL', 'ls:off');
 $s->query('COMMIT');
 is($s->{stderr}, '', 'with rlock.verify_at_commit off the commit succeeds');
 
-# A lease Redis confirmed that outlasts the margin vouches for the lock:
-# "on" commits without asking (so a removal by hand goes unseen), while
-# "always" asks and finds it gone.
+# "on" (the default) asks Redis at every commit: a lock removed by hand
+# (DEL, Redisson's forceUnlock) just before COMMIT fails it, however long
+# its lease.  "lease" (a superuser's choice) trusts a lease Redis
+# confirmed that outlasts the margin, and misses the removal.
+is($s->query_safe('SHOW rlock.verify_at_commit'), 'on', 'the default is "on"');
 $s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:on', '0', '1 min')");
+$redis->cmd('DEL', 'ls:on');
+$s->query('COMMIT');
+like($s->{stderr}, qr/40001: lock "ls:on" was lost/,
+	'"on": a lock removed by hand under a long lease fails the commit');
+$s->{stderr} = '';
+# the check's script is what calls PTTL on a lock its owner holds
+sub pttl_calls
+{
+	my ($n) = $redis->cmd('INFO', 'commandstats') =~ /cmdstat_pttl:calls=(\d+)/;
+	return $n // 0;
+}
+my $checks = pttl_calls();
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:on2', '0', '1 min')");
+$s->query_safe('COMMIT');
+is(pttl_calls() - $checks, 1,
+	'"on": the commit asks Redis even of a lock it just granted');
+$checks = pttl_calls();
+$s->query_safe('BEGIN');
+$s->query_safe('SET LOCAL rlock.verify_at_commit = lease');
 $s->query_safe("SELECT rlock_try('ls:vouched', '0', '1 min')");
 $redis->cmd('DEL', 'ls:vouched');
 $s->query('COMMIT');
 is($s->{stderr}, '',
-	'"on": a lock confirmed with a long lease commits without asking Redis');
-$s->query_safe('BEGIN');
-$s->query_safe('SET LOCAL rlock.verify_at_commit = always');
-$s->query_safe("SELECT rlock_try('ls:always', '0', '1 min')");
-$redis->cmd('DEL', 'ls:always');
-$s->query('COMMIT');
-like($s->{stderr}, qr/40001: lock "ls:always" was lost/,
-	'"always": the commit asks Redis and fails');
-$s->{stderr} = '';
+	'"lease": a lock confirmed with a long lease commits without asking Redis');
+is(pttl_calls() - $checks, 0, '"lease": no check was sent');
 
 # What Redis confirmed on a connection since lost vouches for nothing: it
-# may have restarted.  "on" asks again.
+# may have restarted.  "lease" asks again.
 $s->query_safe('BEGIN');
+$s->query_safe('SET LOCAL rlock.verify_at_commit = lease');
 $s->query_safe("SELECT rlock_try('ls:reconnected', '0', '1 min')");
 my $old_conn = $redis->client_id('rlock_command');
 $redis->cmd('CLIENT', 'KILL', 'ID', $old_conn);
@@ -128,7 +146,7 @@ ok( RlockTest::wait_until(
 $redis->cmd('DEL', 'ls:reconnected');
 $s->query('COMMIT');
 like($s->{stderr}, qr/40001: lock "ls:reconnected" was lost/,
-	'"on" after a reconnection asks Redis and fails the commit');
+	'"lease" after a reconnection asks Redis and fails the commit');
 $s->{stderr} = '';
 
 # a loss in a rolled-back savepoint does not fail the commit
@@ -223,5 +241,42 @@ is_deeply(\@tokens, [ sort { $a <=> $b } @tokens ], "tokens only grow: @tokens")
 is(scalar(keys %{ { map { $_ => 1 } @tokens } }), 6, 'and never repeat');
 is($redis->cmd('GET', 'redisson_lock_token:{ls:fence}'), $tokens[-1],
 	'they come from redisson_lock_token:{ls:fence}');
+
+# rlock_force_release: Redisson's forceUnlock.  The lock goes whoever
+# holds it, its waiter is woken and takes it, and the holding transaction
+# learns at its commit (40001).
+$s = $node->background_psql('postgres', on_error_stop => 0);
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:force')");
+$w = $node->background_psql('postgres');
+$w->query_until(qr/waiting/,
+	"\\echo waiting\nBEGIN;\nSELECT rlock_try('ls:force', '30 s');\n");
+ok(RlockTest::wait_for_subscribers($redis, 'ls:force', 1), 'a session waits for it');
+is($node->safe_psql('postgres', "SELECT rlock_force_release('ls:force')"), 't',
+	'rlock_force_release removes a lock held by a transaction');
+like(scalar $w->query("SELECT 'next'"), qr/^t\n/, 'its waiter is woken and takes it');
+$s->query('COMMIT');
+like($s->{stderr}, qr/ERROR:  lock "ls:force" was lost before the transaction committed/,
+	'the holder learns it at its commit');
+$s->{stderr} = '';
+$w->query_safe('COMMIT');
+is($node->safe_psql('postgres', "SELECT rlock_force_release('ls:force')"), 'f',
+	'a free lock: false');
+$redis->cmd('HSET', 'ls:force', 'java-client:7', 2);
+$redis->cmd('PEXPIRE', 'ls:force', 60000);
+is($node->safe_psql('postgres', "SELECT rlock_force_release('ls:force')"), 't',
+	"a Redisson client's lock is removed too");
+is($redis->cmd('EXISTS', 'ls:force'), 0, 'and gone from Redis');
+$redis->cmd('SCRIPT', 'FLUSH');
+$redis->cmd('HSET', 'ls:force', 'java-client:7', 1);
+is($node->safe_psql('postgres', "SELECT rlock_force_release('ls:force')"), 't',
+	'after SCRIPT FLUSH the script is loaded again');
+$node->safe_psql('postgres', 'CREATE ROLE plain_user');
+my ($rc, $out, $err) = $node->psql('postgres',
+	"SET ROLE plain_user; SELECT rlock_force_release('ls:force')");
+like($err, qr/permission denied for function rlock_force_release/,
+	'not for every role');
+$w->quit;
+$s->quit;
 
 done_testing();

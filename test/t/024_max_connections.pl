@@ -100,7 +100,7 @@ ok(RlockTest::wait_for_subscribers($redis, 'mc:k', 0), 'nor subscribed');
 is( $m->query_safe(
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'rlock worker'"),
 	$worker, 'the worker that served them all is the one that started');
-is($m->query_safe("SELECT rlock_try('mc:k')"), 't', 'and it still serves');
+is($m->query_safe("BEGIN; SELECT rlock_try('mc:k'); COMMIT"), 't', 'and it still serves');
 $m->quit;
 
 done_testing();

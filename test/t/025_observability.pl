@@ -33,7 +33,8 @@ my $holder = $node->background_psql('postgres');
 $holder->query_safe("SELECT rlock_session_try('obs:k')");
 my $waiter = $node->background_psql('postgres', on_error_stop => 0);
 my $waiter_pid = $waiter->query_safe('SELECT pg_backend_pid()');
-$waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT rlock_lock('obs:k');\n");
+$waiter->query_until(qr/waiting/,
+	"\\echo waiting\nBEGIN;\nSELECT rlock_lock('obs:k');\nCOMMIT;\n");
 
 ok( RlockTest::wait_until(
 		sub {
@@ -137,7 +138,8 @@ $holder->query_safe("SELECT rlock_session_release('obs:lease')");
 my $messages = counter('unlock_messages');
 $redis->cmd('HSET', 'obs:other', 'other:1', '1');
 $redis->cmd('PEXPIRE', 'obs:other', '60000');
-$waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT rlock_try('obs:other', '30 s');\n");
+$waiter->query_until(qr/waiting/,
+	"\\echo waiting\nBEGIN;\nSELECT rlock_try('obs:other', '30 s');\nCOMMIT;\n");
 ok(RlockTest::wait_for_subscribers($redis, 'obs:other', 1, 10),
 	'a waiter on another client\'s lock subscribes');
 $redis->cmd('DEL', 'obs:other');

@@ -30,6 +30,7 @@ static int	script_acquire;
 static int	script_release;
 static int	script_renew;
 static int	script_verify;
+static int	script_force;
 
 static void
 plain_init(void)
@@ -38,6 +39,7 @@ plain_init(void)
 	script_release = rlock_script_register("release", release_lua);
 	script_renew = rlock_script_register("renew", renew_lua);
 	script_verify = rlock_script_register("verify", verify_lua);
+	script_force = rlock_script_register("force", force_lua);
 }
 
 /*
@@ -150,6 +152,21 @@ plain_batch_result(const RlockReply *reply, int i, bool *held)
 	return value == 0 || value == 1;
 }
 
+/*
+ * EVALSHA force 2 key channel PUBLISH
+ */
+static void
+plain_force(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
+{
+	RlockKindHold hold = {key, keylen, 0};
+
+	rlock_args_script(args, script_force, 2);
+	rlock_args_add(args, key, keylen);
+	plain_add_derived(args, &hold, true);
+	rlock_args_cstr(args, "PUBLISH");
+	cmd->shape = RLOCK_SHAPE_INTEGER;
+}
+
 const RlockKindMethod rlock_kind_plain = {
 	"plain",
 	plain_init,
@@ -158,5 +175,6 @@ const RlockKindMethod rlock_kind_plain = {
 	plain_release,
 	plain_release_result,
 	plain_batch,
-	plain_batch_result
+	plain_batch_result,
+	plain_force
 };
