@@ -57,10 +57,14 @@ PROVE_FLAGS += -I ./test/perl
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 
 # the Lua scripts of a lock kind, as C strings
-LUA_HEADERS = src/kinds/plain/scripts.h
+LUA_HEADERS = src/kinds/plain/scripts.h src/worker/scripts.h
 EXTRA_CLEAN = $(LUA_HEADERS)
 src/kinds/plain/plain.o src/kinds/plain/plain.bc: src/kinds/plain/scripts.h
 src/kinds/plain/scripts.h: src/kinds/embed-lua $(wildcard src/kinds/plain/*.lua)
+	src/kinds/embed-lua $(filter %.lua,$^) >$@
+# and the worker's own
+src/worker/registry.o src/worker/registry.bc: src/worker/scripts.h
+src/worker/scripts.h: src/kinds/embed-lua $(wildcard src/worker/*.lua)
 	src/kinds/embed-lua $(filter %.lua,$^) >$@
 else
 # "make test" and "make demo" install PostgreSQL themselves when it is missing

@@ -25,3 +25,22 @@ AS 'MODULE_PATHNAME', 'rlock_force_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 REVOKE ALL ON FUNCTION rlock_force_release(text) FROM PUBLIC;
+
+-- Who holds a lock, wherever it is held: an rlock session of this or
+-- another instance (its name and process), or a Redisson client.  It
+-- shows other applications' processes: for monitoring roles.
+CREATE FUNCTION rlock_holder(
+    key text,
+    OUT owner text,
+    OUT count integer,
+    OUT holder text,
+    OUT instance text,
+    OUT pid integer,
+    OUT lease interval,
+    OUT owners integer)
+RETURNS record
+AS 'MODULE_PATHNAME', 'rlock_holder'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION rlock_holder(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rlock_holder(text) TO pg_read_all_stats;

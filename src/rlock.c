@@ -40,6 +40,7 @@ int			rlock_database = 0;
 char	   *rlock_username = NULL;
 char	   *rlock_password_file = NULL;
 char	   *rlock_key_prefix = NULL;
+char	   *rlock_instance_name = NULL;
 int			rlock_connect_timeout = 2000;
 int			rlock_command_timeout = 3000;
 int			rlock_watchdog_timeout = 30000;
@@ -162,6 +163,14 @@ rlock_define_settings(void)
 							   "",
 							   PGC_SUSET, 0,
 							   rlock_check_key_prefix, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.instance_name",
+							   "Name of this instance that other instances show for its locks.",
+							   "Empty: cluster_name, else the host name and port.",
+							   &rlock_instance_name,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("rlock.connect_timeout",
 							"Time allowed for connecting to Redis.",

@@ -58,6 +58,7 @@ extern int	rlock_database;
 extern char *rlock_username;
 extern char *rlock_password_file;
 extern char *rlock_key_prefix;
+extern char *rlock_instance_name;
 extern int	rlock_connect_timeout;
 extern int	rlock_command_timeout;
 extern int	rlock_watchdog_timeout;

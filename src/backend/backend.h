@@ -76,6 +76,7 @@ typedef struct RlockRequest
 
 extern RlockStatus rlock_request(const RlockRequest *req, int64 *value);
 extern void rlock_abandon_request(void);
+extern const char *rlock_last_detail(void);
 extern void rlock_report_status(RlockStatus status, const char *key,
 								int keylen);
 

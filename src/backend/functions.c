@@ -22,6 +22,7 @@
 #include "access/xact.h"
 #include "common/int.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -36,6 +37,7 @@ PG_FUNCTION_INFO_V1(rlock_held);
 PG_FUNCTION_INFO_V1(rlock_is_locked);
 PG_FUNCTION_INFO_V1(rlock_ttl);
 PG_FUNCTION_INFO_V1(rlock_force_release);
+PG_FUNCTION_INFO_V1(rlock_holder);
 
 void
 rlock_check_loaded(void)
@@ -308,4 +310,141 @@ rlock_force_release(PG_FUNCTION_ARGS)
 	status = rlock_query(RLOCK_OP_FORCE, &key, &value);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	PG_RETURN_BOOL(value == 1);
+}
+
+/*
+ * The backend of a session of this instance, by its owner number; 0 if
+ * none holds an entry now.
+ */
+static int
+rlock_local_owner_pid(uint64 owner_id)
+{
+	int			i;
+	int			pid = 0;
+
+	for (i = 0; i < rlock_shared->nholds && pid == 0; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+
+		SpinLockAcquire(&h->mutex);
+		if (h->in_use && h->owner_id == owner_id)
+			pid = h->pid;
+		SpinLockRelease(&h->mutex);
+	}
+	return pid;
+}
+
+#define HOLDER_COLS 7
+
+/*
+ * rlock_holder(key): who holds the lock, wherever it is held.  An owner
+ * "<uuid>:<n>" whose uuid is this instance's, or that of an instance that
+ * registered itself in Redis (worker/registry.c), is an rlock session:
+ * the instance's name and the session's process are shown.  Any other
+ * owner of that form is a Redisson client (or an rlock instance that is
+ * gone).  A free lock gives a row of NULLs.
+ */
+Datum
+rlock_holder(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+	RlockStatus status;
+	int64		lease_ms = 0;
+	TupleDesc	tupdesc;
+	Datum		values[HOLDER_COLS];
+	bool		nulls[HOLDER_COLS];
+	char	   *text;
+	char	   *field[5];
+	char	   *colon;
+	char	   *end;
+	int			i;
+
+	rlock_arg_key(fcinfo, 0, &key);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	status = rlock_query(RLOCK_OP_HOLDER, &key, &lease_ms);
+	rlock_report_status(status, key.sql, strlen(key.sql));
+
+	memset(nulls, true, sizeof(nulls));
+	text = pstrdup(rlock_last_detail());
+	for (i = 0; i < 5; i++)
+	{
+		field[i] = text;
+		text = strchr(text, '\n');
+		if (text == NULL)
+			break;
+		*text++ = '\0';
+	}
+	if (i == 4 && field[0][0] != '\0')
+	{
+		long		count;
+		long		pid = 0;
+		long		owners;
+		bool		ours = false;
+
+		/* owner and count, as Redis has them */
+		values[0] = CStringGetTextDatum(rlock_sql_text(field[0],
+													   strlen(field[0])));
+		nulls[0] = false;
+		errno = 0;
+		count = strtol(field[1], &end, 10);
+		if (errno == 0 && *end == '\0' && end != field[1] &&
+			count >= 0 && count <= PG_INT32_MAX)
+		{
+			values[1] = Int32GetDatum((int32) count);
+			nulls[1] = false;
+		}
+
+		/* whose: this instance's, a registered instance's, or a client's */
+		colon = strrchr(field[0], ':');
+		if (colon != NULL && colon - field[0] == RLOCK_UUID_LEN &&
+			strncmp(field[0], rlock_shared->uuid, RLOCK_UUID_LEN) == 0)
+		{
+			char		name[RLOCK_INSTANCE_NAME_LEN];
+			uint64		n = strtou64(colon + 1, &end, 10);
+
+			ours = true;
+			rlock_instance_display_name(name, sizeof(name));
+			values[3] = CStringGetTextDatum(name);
+			nulls[3] = false;
+			if (*end == '\0')
+				pid = rlock_local_owner_pid(n);
+		}
+		else if (field[2][0] != '\0')
+		{
+			values[3] = CStringGetTextDatum(rlock_sql_text(field[2],
+														   strlen(field[2])));
+			nulls[3] = false;
+			errno = 0;
+			pid = strtol(field[3], &end, 10);
+			if (errno != 0 || *end != '\0' || pid < 0 || pid > PG_INT32_MAX)
+				pid = 0;
+		}
+		values[2] = CStringGetTextDatum(ours || !nulls[3] ? "rlock" :
+										colon != NULL ? "redisson" : "unknown");
+		nulls[2] = false;
+		if (pid > 0)
+		{
+			values[4] = Int32GetDatum((int32) pid);
+			nulls[4] = false;
+		}
+
+		/* the lease left: NULL for none (a key without expiry) */
+		if (lease_ms >= 0)
+		{
+			Interval   *iv = palloc0(sizeof(Interval));
+
+			iv->time = Min(lease_ms, PG_INT64_MAX / 1000) * 1000;
+			values[5] = IntervalPGetDatum(iv);
+			nulls[5] = false;
+		}
+		errno = 0;
+		owners = strtol(field[4], &end, 10);
+		if (errno == 0 && *end == '\0' && owners >= 0 && owners <= PG_INT32_MAX)
+		{
+			values[6] = Int32GetDatum((int32) owners);
+			nulls[6] = false;
+		}
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -354,6 +354,15 @@ rlock_request(const RlockRequest *req, int64 *value)
 }
 
 /*
+ * The text the worker sent with the answer to this session's last request.
+ */
+const char *
+rlock_last_detail(void)
+{
+	return last_detail;
+}
+
+/*
  * What to check when Redis refused a command, by the code its error
  * starts with.
  */

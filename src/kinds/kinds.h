@@ -89,6 +89,15 @@ typedef struct RlockKindMethod
 	 * is an integer, 1 if there was one */
 	void		(*force) (RlockArgs *args, RlockCmd *cmd, const char *key,
 						  int keylen);
+
+	/* who holds the lock; the result is text for rlock_holder(): owner,
+	 * count, instance name, pid and number of owners, each on its line
+	 * ("" when the lock is free), and the lease left in ms; false if the
+	 * reply means nothing */
+	void		(*holder) (RlockArgs *args, RlockCmd *cmd, const char *key,
+						   int keylen);
+	bool		(*holder_result) (const RlockReply *reply, char *buf,
+								  int buflen, int64 *lease_ms);
 } RlockKindMethod;
 
 extern const RlockKindMethod *const rlock_kinds[RLOCK_NKINDS];

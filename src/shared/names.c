@@ -19,10 +19,14 @@
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
 #include "catalog/namespace.h"
 #include "common/hashfn.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
+#include "postmaster/postmaster.h"
+#include "utils/guc.h"
 
 #include "shared/shared.h"
 
@@ -193,4 +197,39 @@ rlock_sql_key(const char *key, int keylen, int prefixlen)
 		pfree(out);
 	}
 	return rlock_escaped_key(key, keylen);
+}
+
+/*
+ * Text Redis sent that is not a key rlock wrote (an owner field, a name
+ * from another instance's registry), for SQL: in the database encoding if
+ * it is valid UTF-8 that the encoding can show, else escaped.
+ */
+char *
+rlock_sql_text(const char *s, int len)
+{
+	if (!pg_verify_mbstr(PG_UTF8, s, len, true))
+		return rlock_escaped_key(s, len);
+	return rlock_sql_key(s, len, 0);
+}
+
+/*
+ * The name other instances show for this one: rlock.instance_name, else
+ * cluster_name, else the host name and port.
+ */
+void
+rlock_instance_display_name(char *buf, int buflen)
+{
+	char		host[256];
+
+	if (rlock_instance_name != NULL && rlock_instance_name[0] != '\0')
+		strlcpy(buf, rlock_instance_name, buflen);
+	else if (cluster_name != NULL && cluster_name[0] != '\0')
+		strlcpy(buf, cluster_name, buflen);
+	else
+	{
+		if (gethostname(host, sizeof(host)) != 0)
+			strlcpy(host, "localhost", sizeof(host));
+		host[sizeof(host) - 1] = '\0';
+		snprintf(buf, buflen, "%s:%d", host, PostPortNumber);
+	}
 }

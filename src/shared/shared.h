@@ -43,7 +43,8 @@ typedef enum RlockOp
 	RLOCK_OP_PTTL,				/* remaining lease of the key */
 	RLOCK_OP_BARRIER,			/* answered once everything before it is */
 	RLOCK_OP_VERIFY,			/* are the session's holds still there */
-	RLOCK_OP_FORCE				/* remove the key, whoever holds it */
+	RLOCK_OP_FORCE,				/* remove the key, whoever holds it */
+	RLOCK_OP_HOLDER				/* who holds the key */
 } RlockOp;
 
 /*
@@ -356,6 +357,9 @@ extern int	rlock_channel_name(char *buf, const char *key, int keylen);
 extern int	rlock_token_name(char *buf, const char *key, int keylen);
 extern int	rlock_owner_name(char *buf, uint64 owner_id);
 extern char *rlock_sql_key(const char *key, int keylen, int prefixlen);
+extern char *rlock_sql_text(const char *s, int len);
+#define RLOCK_INSTANCE_NAME_LEN	128
+extern void rlock_instance_display_name(char *buf, int buflen);
 /* room for the longest derived name (the channel) of a key */
 #define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_CHANNEL_PREFIX) + (keylen) + 2)
 #define RLOCK_OWNER_MAXLEN				(RLOCK_UUID_LEN + 22)

@@ -43,6 +43,7 @@ typedef struct OwnerList
 } OwnerList;
 
 static HTAB *owners = NULL;
+static bool owners_new = false;	/* an owner was listed for the first time */
 static uint64 *listed_owner;	/* per entry: owner whose list has it, or 0 */
 static uint32 *listing;			/* per entry: number of its latest listing */
 
@@ -87,6 +88,7 @@ rlock_owners_note(int index)
 	list = (OwnerList *) hash_search(owners, &owner_id, HASH_ENTER, &found);
 	if (!found)
 	{
+		owners_new = true;
 		list->n = 0;
 		list->size = 8;
 		list->holds = MemoryContextAlloc(rlock_worker_context,
@@ -183,4 +185,41 @@ rlock_owners_sweep(void)
 	hash_seq_init(&seq, owners);
 	while ((list = (OwnerList *) hash_seq_search(&seq)) != NULL)
 		(void) owners_prune(list);
+}
+
+/*
+ * Whether an owner was listed for the first time since the last call.
+ */
+bool
+rlock_owners_changed(void)
+{
+	bool		changed = owners_new;
+
+	owners_new = false;
+	return changed;
+}
+
+/*
+ * Call fn for every owner that has entries in use, with its backend's pid.
+ */
+void
+rlock_owners_each(void (*fn) (uint64 owner_id, int pid, void *arg), void *arg)
+{
+	HASH_SEQ_STATUS seq;
+	OwnerList  *list;
+
+	hash_seq_init(&seq, owners);
+	while ((list = (OwnerList *) hash_seq_search(&seq)) != NULL)
+	{
+		RlockHold  *h;
+		int			pid;
+
+		if (owners_prune(list) == NULL)
+			continue;
+		h = rlock_hold(list->holds[0]);
+		SpinLockAcquire(&h->mutex);
+		pid = h->pid;
+		SpinLockRelease(&h->mutex);
+		fn(list->owner_id, pid, arg);
+	}
 }

@@ -701,6 +701,10 @@ worker_send_query(WorkerReq *req)
 			rlock_kinds[RLOCK_KIND_PLAIN]->force(args, &wc->cmd, req->key,
 												 req->keylen);
 			break;
+		case RLOCK_OP_HOLDER:
+			rlock_kinds[RLOCK_KIND_PLAIN]->holder(args, &wc->cmd, req->key,
+												  req->keylen);
+			break;
 		case RLOCK_OP_EXISTS:
 			rlock_args_cstr(args, "EXISTS");
 			wc->cmd.shape = RLOCK_SHAPE_INTEGER;
@@ -714,7 +718,8 @@ worker_send_query(WorkerReq *req)
 			wc->cmd.shape = RLOCK_SHAPE_PONG;
 			break;
 	}
-	if (req->key != NULL && req->op != RLOCK_OP_FORCE)
+	if (req->key != NULL && req->op != RLOCK_OP_FORCE &&
+		req->op != RLOCK_OP_HOLDER)
 		rlock_args_add(args, req->key, req->keylen);
 	wc->slot = worker_slot_of(req);
 	wc->seq = req->seq;
@@ -1066,8 +1071,27 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	worker_note_answered(req);
 	if (reply->type == RLOCK_REPLY_ERROR &&
 		rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT &&
-		req->op == RLOCK_OP_FORCE && worker_noscript_retry(conn, req, wc))
+		(req->op == RLOCK_OP_FORCE || req->op == RLOCK_OP_HOLDER) &&
+		worker_noscript_retry(conn, req, wc))
 		return;
+	if (req->op == RLOCK_OP_HOLDER && reply->type != RLOCK_REPLY_ERROR)
+	{
+		char		text[RLOCK_DETAIL_LEN];
+		int64		lease_ms;
+
+		if (!rlock_kinds[RLOCK_KIND_PLAIN]->holder_result(reply, text,
+														  sizeof(text),
+														  &lease_ms))
+		{
+			/* a lying server: drop the connection, fail the query now */
+			worker_unknown_status(conn, wc, RLOCK_KIND_PLAIN);
+			worker_complete(req, RLOCK_STATUS_CONNECTION, 0,
+							"Redis answered a holder query with a reply rlock does not accept.");
+			return;
+		}
+		worker_complete(req, RLOCK_STATUS_OK, lease_ms, text);
+		return;
+	}
 	if (reply->type == RLOCK_REPLY_ERROR)
 		worker_complete_error(req, reply);
 	else if (worker_release_refused_now(req))

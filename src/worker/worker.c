@@ -128,6 +128,7 @@ worker_unknown_status(RlockConn *conn, const WorkerCmd *wc, RlockKind kind)
 	static const char *const what[] = {
 		[WORKER_CMD_ACQUIRE] = "an acquire",
 		[WORKER_CMD_RELEASE] = "a release",
+		[WORKER_CMD_QUERY] = "a holder query",
 		[WORKER_CMD_RENEW] = "a renewal batch",
 		[WORKER_CMD_VERIFY] = "a check batch",
 	};
@@ -176,6 +177,7 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 		case WORKER_CMD_SUBSCRIBE:
 		case WORKER_CMD_UNSUBSCRIBE:
+		case WORKER_CMD_REGISTER:
 			break;
 	}
 	switch (wc->type)
@@ -199,6 +201,9 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_UNSUBSCRIBE:
 			rlock_waiters_reply(conn, wc, reply);
 			break;
+		case WORKER_CMD_REGISTER:
+			rlock_registry_reply(conn, wc, reply);
+			break;
 	}
 	worker_cmd_free(wc);
 }
@@ -221,6 +226,7 @@ worker_conn_ready(RlockConn *conn)
 	}
 	worker_requeue_all_holds();
 	rlock_renew_soon();
+	rlock_registry_touch();
 }
 
 /*
@@ -395,6 +401,7 @@ worker_init(void)
 	worker_recover_holds();
 	rlock_waiters_init(rlock_shared->nslots);
 	rlock_kinds_init();
+	rlock_registry_init();
 	rlock_redis_start(&worker_events);
 	MemoryContextSwitchTo(old);
 }
@@ -449,6 +456,7 @@ rlock_worker_main(Datum main_arg)
 		worker_fire_timers(now);
 		worker_send_pending();
 		rlock_renew_tick(now);
+		rlock_registry_tick(now);
 		if (now >= sweep_at)
 		{
 			rlock_owners_sweep();
@@ -459,6 +467,7 @@ rlock_worker_main(Datum main_arg)
 
 		next = Min(Min(rlock_redis_next_tick(), worker_next_timer()),
 				   Min(rlock_renew_next(), worker_releases_next()));
+		next = Min(next, rlock_registry_next());
 		if (rlock_worker_stopping)
 			next = Min(next, now < stop_pins_by ?
 					   TimestampTzPlusMilliseconds(now, 20) : stop_by);

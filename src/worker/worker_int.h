@@ -29,7 +29,8 @@ typedef enum WorkerCmdType
 	WORKER_CMD_RENEW,			/* renewal script for a batch of entries */
 	WORKER_CMD_VERIFY,			/* verify script for a batch of a request */
 	WORKER_CMD_SUBSCRIBE,		/* expects one subscribe confirmation */
-	WORKER_CMD_UNSUBSCRIBE		/* expects one unsubscribe confirmation */
+	WORKER_CMD_UNSUBSCRIBE,		/* expects one unsubscribe confirmation */
+	WORKER_CMD_REGISTER			/* this instance's registry entry */
 } WorkerCmdType;
 
 /*
@@ -106,6 +107,17 @@ extern void rlock_owners_init(void);
 extern void rlock_owners_note(int index);
 extern int	rlock_owners_holds(uint64 owner_id, const int **holds);
 extern void rlock_owners_sweep(void);
+extern bool rlock_owners_changed(void);
+extern void rlock_owners_each(void (*fn) (uint64 owner_id, int pid, void *arg),
+							  void *arg);
+
+/* registry.c: this instance's name and sessions, in Redis */
+extern void rlock_registry_init(void);
+extern void rlock_registry_touch(void);
+extern void rlock_registry_tick(TimestampTz now);
+extern TimestampTz rlock_registry_next(void);
+extern void rlock_registry_reply(RlockConn *conn, WorkerCmd *wc,
+								 const RlockReply *reply);
 
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);

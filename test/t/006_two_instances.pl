@@ -12,7 +12,8 @@ use Time::HiRes qw(time);
 use RlockTest;
 
 my $redis = RlockTest::Redis->start;
-my $na = RlockTest::node('a', $redis);
+my $na = RlockTest::node('a', $redis, conf => ["rlock.instance_name = 'db-a'"]);
+# (the test framework sets cluster_name to the node's name, "b")
 my $nb = RlockTest::node('b', $redis);
 
 my $sa = $na->background_psql('postgres');
@@ -34,7 +35,55 @@ cmp_ok($elapsed, '<', 5, "woken by a's unlock message ($elapsed s)");
 my $owner_b = $redis->cmd('HKEYS', 'two:k')->[0];
 isnt((split /:/, $owner_b)[0], (split /:/, $owner_a)[0],
 	'each instance has its own owner uuid');
+
+# who holds it, asked from either instance: b's session, by name and pid
+my $sb_pid = $sb->query_safe('SELECT pg_backend_pid()');
+my $holder_sql = "SELECT owner, count, holder, instance, pid, lease > '0'::interval, owners"
+  . " FROM rlock_holder('two:k')";
+# (a new session is announced within a second)
+ok( RlockTest::wait_until(
+		sub {
+			$na->safe_psql('postgres', $holder_sql) eq "$owner_b|1|rlock|b|$sb_pid|t|1";
+		}),
+	"instance a sees b's session holding it: instance b (cluster_name), b's pid")
+  or diag($na->safe_psql('postgres', $holder_sql));
+is($nb->safe_psql('postgres', $holder_sql),
+	"$owner_b|1|rlock|b|$sb_pid|t|1", 'b sees its own session the same way');
 $sb->query_safe("SELECT rlock_session_release('two:k')");
+is($na->safe_psql('postgres', "SELECT count(*) FROM rlock_holder('two:k') WHERE owner IS NULL"),
+	'1', 'a free lock: a row of NULLs');
+# a's name is rlock.instance_name; a Redisson client is shown as such
+$sa->query_safe("SELECT rlock_session_try('two:a')");
+my $sa_pid = $sa->query_safe('SELECT pg_backend_pid()');
+ok( RlockTest::wait_until(
+		sub {
+			$nb->safe_psql('postgres',
+				"SELECT instance || ' ' || pid FROM rlock_holder('two:a')") eq "db-a $sa_pid";
+		}),
+	"b names a's holder: db-a (rlock.instance_name) and its pid");
+$sa->query_safe("SELECT rlock_session_release('two:a')");
+$redis->cmd('HSET', 'two:j', 'dead0000-1111-4222-8333-444455556666:42', 3);
+is($na->safe_psql('postgres',
+		"SELECT owner, count, holder, instance IS NULL, pid IS NULL, lease IS NULL FROM rlock_holder('two:j')"),
+	'dead0000-1111-4222-8333-444455556666:42|3|redisson|t|t|t',
+	'a Redisson client (no registry entry, no lease): holder redisson');
+# what another client put there cannot break the function: bytes that are
+# no UTF-8, control characters, a registry that is not a hash
+my $bad_uuid = 'bad00000-1111-4222-8333-444455556666';
+$redis->cmd('HSET', 'two:bad', "$bad_uuid:7", 'x');
+$redis->cmd('HSET', "rlock_instance:{$bad_uuid}", 'name', "ev\xffil\nname", '7', 'pid');
+is($na->safe_psql('postgres',
+		"SELECT count IS NULL, holder, instance, pid IS NULL FROM rlock_holder('two:bad')"),
+	't|rlock|ev\u00FFil?name|t',
+	'hostile values come out escaped or NULL');
+$redis->cmd('DEL', "rlock_instance:{$bad_uuid}");
+$redis->cmd('SET', "rlock_instance:{$bad_uuid}", 'not a hash');
+is($na->safe_psql('postgres', "SELECT holder FROM rlock_holder('two:bad')"),
+	'redisson', 'a registry of the wrong type reads as none');
+$redis->cmd('DEL', 'two:bad', 'two:j', "rlock_instance:{$bad_uuid}");
+# the registry entries expire with their instance
+ok($redis->cmd('PTTL', 'rlock_instance:{' . (split /:/, $owner_b)[0] . '}') > 0,
+	"b's registry entry has a lifetime");
 $sa->quit;
 $sb->quit;
 

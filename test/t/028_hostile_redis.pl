@@ -43,7 +43,7 @@ my $max_rss_kb = 64 * 1024;
 
 # the scripts, told apart by their digests
 my %sha;
-for my $name (qw(acquire release renew verify))
+for my $name (qw(acquire release renew verify force holder))
 {
 	my $file = ($ENV{TESTDIR} // '.') . "/src/kinds/plain/$name.lua";
 	open(my $fh, '<', $file) or die "$file: $!";
@@ -214,6 +214,25 @@ attack(
 	outcome => $e08006,
 	why => qr/an acquire \(lock kind plain\) answered with an unknown status/);
 
+attack(
+	name => 'a holder query answered with elements of the wrong types',
+	setup => sub {
+		$hostile->replace('rlock_command', qr/^EVALSHA $sha{holder} /,
+			"*6\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n");
+	},
+	sql => "SELECT * FROM rlock_holder('h:7h')",
+	outcome => qr/ERROR:  08006: could not reach Redis for lock "h:7h"\n.*DETAIL:  Redis answered a holder query with a reply rlock does not accept/s,
+	why => qr/a holder query \(lock kind plain\) answered with an unknown status/);
+
+attack(
+	name => 'a forced release answered with an array',
+	setup => sub {
+		$hostile->replace('rlock_command', qr/^EVALSHA $sha{force} /, "*1\r\n:1\r\n");
+	},
+	sql => "SELECT rlock_force_release('h:7f')",
+	outcome => $e08006,
+	why => qr/a reply of the wrong shape \(an array of 1 elements\)/);
+
 # busy for longer than any timestamp holds: the waiter waits out its own
 # wait, neither retrying at once (a time that wrapped into the past) nor
 # for ever; and a negative lease, which Redis never gives, does not make
@@ -248,7 +267,7 @@ for my $pttl ('9223372036854775807', '-5')
 # session is told that Redis did not answer
 attack(
 	name => 'an acquire never answered',
-	setup => sub { $hostile->replace('rlock_command', $acquire, '') },
+	setup => sub { $hostile->mute('rlock_command', $acquire) },
 	sql => "SELECT rlock_try('h:mute')",
 	outcome => qr/ERROR:  08006: could not reach Redis for lock "h:mute"\n.*DETAIL:  Redis at [^\n]* did not answer within rlock.command_timeout \+ rlock.connect_timeout \(2000 ms\)/s);
 

@@ -31,6 +31,7 @@ static int	script_release;
 static int	script_renew;
 static int	script_verify;
 static int	script_force;
+static int	script_holder;
 
 static void
 plain_init(void)
@@ -40,6 +41,7 @@ plain_init(void)
 	script_renew = rlock_script_register("renew", renew_lua);
 	script_verify = rlock_script_register("verify", verify_lua);
 	script_force = rlock_script_register("force", force_lua);
+	script_holder = rlock_script_register("holder", holder_lua);
 }
 
 /*
@@ -167,6 +169,70 @@ plain_force(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
 	cmd->shape = RLOCK_SHAPE_INTEGER;
 }
 
+/*
+ * EVALSHA holder 1 key
+ */
+static void
+plain_holder(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
+{
+	rlock_args_script(args, script_holder, 1);
+	rlock_args_add(args, key, keylen);
+	cmd->shape = RLOCK_SHAPE_ARRAY;
+}
+
+/*
+ * Append a string from Redis to the holder's text: at most 120 bytes,
+ * control characters (the line separator among them) shown as '?'.
+ */
+static void
+plain_holder_field(StringInfo buf, const RlockReply *r)
+{
+	int			i;
+
+	if (r->type == RLOCK_REPLY_STRING)
+		for (i = 0; i < Min(r->len, 120); i++)
+		{
+			unsigned char c = (unsigned char) r->str[i];
+
+			appendStringInfoChar(buf, (c < 0x20 || c == 0x7f) ? '?' : (char) c);
+		}
+	appendStringInfoChar(buf, '\n');
+}
+
+static bool
+plain_holder_result(const RlockReply *reply, char *buf, int buflen,
+					int64 *lease_ms)
+{
+	StringInfoData text;
+	RlockReply **e = reply->element;
+	int			i;
+
+	if (reply->type != RLOCK_REPLY_ARRAY)
+		return false;
+	if (reply->elements == 0)
+	{
+		buf[0] = '\0';
+		*lease_ms = -2;
+		return true;
+	}
+	if (reply->elements != 6 ||
+		e[0]->type != RLOCK_REPLY_STRING || e[1]->type != RLOCK_REPLY_STRING ||
+		e[4]->type != RLOCK_REPLY_INTEGER || e[5]->type != RLOCK_REPLY_INTEGER)
+		return false;
+	for (i = 2; i <= 3; i++)
+		if (e[i]->type != RLOCK_REPLY_STRING && e[i]->type != RLOCK_REPLY_NIL)
+			return false;
+
+	initStringInfo(&text);
+	for (i = 0; i < 4; i++)
+		plain_holder_field(&text, e[i]);
+	appendStringInfo(&text, INT64_FORMAT, e[5]->integer);
+	strlcpy(buf, text.data, buflen);
+	pfree(text.data);
+	*lease_ms = e[4]->integer;
+	return true;
+}
+
 const RlockKindMethod rlock_kind_plain = {
 	"plain",
 	plain_init,
@@ -176,5 +242,7 @@ const RlockKindMethod rlock_kind_plain = {
 	plain_release_result,
 	plain_batch,
 	plain_batch_result,
-	plain_force
+	plain_force,
+	plain_holder,
+	plain_holder_result
 };

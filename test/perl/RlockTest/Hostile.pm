@@ -35,6 +35,8 @@ matching commands (all of them unless a count is given):
   after      send these bytes right after the reply
   close_mid  send half of the reply, then close the connection
   stream     send these bytes, then junk for as long as the client reads
+  mute       send nothing, neither this reply nor any later one on that
+             connection (a server that stops answering, connection open)
 
 trickle() makes the relay deliver everything to a client one byte at a
 time; inject() sends bytes to a client at once.
@@ -81,6 +83,12 @@ sub close_mid
 }
 
 sub stream { my $self = shift; return $self->_rule('stream', @_) }
+
+sub mute
+{
+	my ($self, $client, $pattern, %opt) = @_;
+	return $self->_rule('mute', $client, $pattern, '', %opt);
+}
 
 sub inject
 {
@@ -341,6 +349,7 @@ sub _serve
 						next;
 					}
 					my $cmd = shift @{ $c->{pending} } // '';
+					next if $c->{muted};
 					my $r = $rule_for->($c, $cmd);
 					if (!$r)
 					{
@@ -366,6 +375,10 @@ sub _serve
 					{
 						$to_client->($c, $r->{bytes});
 						$c->{stream} = 1;
+					}
+					elsif ($r->{action} eq 'mute')
+					{
+						$c->{muted} = 1;
 					}
 				}
 			}

@@ -1,0 +1,26 @@
+-- Who holds a Redisson RLock, as far as Redis can tell.
+--
+-- KEYS[1]  the lock
+--
+-- Returns {} when the lock is free; else {owner, count, name, pid, pttl,
+-- owners}: the hash field of its (first) owner and that owner's count;
+-- when the owner's "<uuid>:<n>" names an rlock instance that registered
+-- itself (rlock_instance:{<uuid>}, see src/worker/registry.c), that
+-- instance's name and the session's pid, else false; the lease left in
+-- ms; how many owners the hash has (1 for a lock held as Redisson holds
+-- it).  The registry is read whatever its type: anything but a hash reads
+-- as no registry.
+local fields = redis.call('hgetall', KEYS[1])
+if #fields == 0 then
+	return {}
+end
+local owner = fields[1]
+local name, pid = false, false
+local uuid, n = string.match(owner, '^(.+):(%d+)$')
+if uuid then
+	local reg = redis.pcall('hmget', 'rlock_instance:{' .. uuid .. '}', 'name', n)
+	if type(reg) == 'table' and reg.err == nil then
+		name, pid = reg[1], reg[2]
+	end
+end
+return {owner, fields[2], name, pid, redis.call('pttl', KEYS[1]), #fields / 2}
