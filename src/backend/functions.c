@@ -74,8 +74,9 @@ rlock_prefix(void)
 bool
 rlock_check_key_prefix(char **newval, void **extra, GucSource source)
 {
+	/* PGC_S_TEST: ALTER ROLE/DATABASE SET checking a value for later */
 	if (session_prefix != NULL && source >= PGC_S_INTERACTIVE &&
-		strcmp(*newval, session_prefix) != 0)
+		source != PGC_S_TEST && strcmp(*newval, session_prefix) != 0)
 	{
 		GUC_check_errcode(ERRCODE_CANT_CHANGE_RUNTIME_PARAM);
 		GUC_check_errmsg("rlock.key_prefix cannot change once the session has used rlock");

@@ -103,6 +103,9 @@ $node->safe_psql('postgres', 'ALTER ROLE joe RESET rlock.key_prefix');
 	"SET rlock.key_prefix = 'a:'; SELECT rlock_is_locked('x'); SET rlock.key_prefix = 'b:'");
 like($err, qr/rlock.key_prefix cannot change once the session has used rlock/,
 	"a superuser's session keeps the prefix it used");
+($rc, $out, $err) = $node->psql('postgres',
+	"SELECT rlock_is_locked('x'); ALTER ROLE joe SET rlock.key_prefix = 'later:'; ALTER ROLE joe RESET rlock.key_prefix");
+is($err, '', 'but may still set one for a role');
 
 ($rc, $out, $err) = $node->psql('postgres', 'SHOW rlock.password_file',
 	extra_params => [ '-U', 'joe' ]);
