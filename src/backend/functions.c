@@ -258,39 +258,52 @@ rlock_held(PG_FUNCTION_ARGS)
 	PG_RETURN_INT32(rlock_held_count(key.redis, key.len));
 }
 
+/*
+ * Ask the worker op about the key in argument 0; returns Redis's number.
+ */
+static int64
+rlock_key_query(FunctionCallInfo fcinfo, RlockOp op, RlockKey *key)
+{
+	RlockStatus status;
+	int64		value = 0;
+
+	rlock_arg_key(fcinfo, 0, key);
+	status = rlock_query(op, key, &value);
+	rlock_report_status(status, key->sql, strlen(key->sql));
+	return value;
+}
+
+/*
+ * A duration in ms from Redis, whatever it is, as an interval that does
+ * not overflow.
+ */
+static Interval *
+rlock_ms_interval(int64 ms)
+{
+	Interval   *result = (Interval *) palloc0(sizeof(Interval));
+
+	result->time = Min(ms, PG_INT64_MAX / 1000) * 1000;
+	return result;
+}
+
 Datum
 rlock_is_locked(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
-	RlockStatus status;
-	int64		value = 0;
 
-	rlock_arg_key(fcinfo, 0, &key);
-	status = rlock_query(RLOCK_OP_EXISTS, &key, &value);
-	rlock_report_status(status, key.sql, strlen(key.sql));
-	PG_RETURN_BOOL(value > 0);
+	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_OP_EXISTS, &key) > 0);
 }
 
 Datum
 rlock_ttl(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
-	RlockStatus status;
-	int64		value = 0;
-	Interval   *result;
-
-	rlock_arg_key(fcinfo, 0, &key);
-	status = rlock_query(RLOCK_OP_PTTL, &key, &value);
-	rlock_report_status(status, key.sql, strlen(key.sql));
+	int64		value = rlock_key_query(fcinfo, RLOCK_OP_PTTL, &key);
 
 	/* -2: no such key; -1: a key without expiry */
 	if (value < 0)
 		PG_RETURN_NULL();
-	/* Redis's number, whatever it is, must not overflow the interval */
-	value = Min(value, PG_INT64_MAX / 1000);
-	result = (Interval *) palloc0(sizeof(Interval));
-	result->time = value * 1000;
-	PG_RETURN_INTERVAL_P(result);
+	PG_RETURN_INTERVAL_P(rlock_ms_interval(value));
 }
 
 /*
@@ -304,13 +317,8 @@ Datum
 rlock_force_release(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
-	RlockStatus status;
-	int64		value = 0;
 
-	rlock_arg_key(fcinfo, 0, &key);
-	status = rlock_query(RLOCK_OP_FORCE, &key, &value);
-	rlock_report_status(status, key.sql, strlen(key.sql));
-	PG_RETURN_BOOL(value == 1);
+	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_OP_FORCE, &key) == 1);
 }
 
 /*
@@ -349,8 +357,7 @@ Datum
 rlock_holder(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
-	RlockStatus status;
-	int64		lease_ms = 0;
+	int64		lease_ms;
 	TupleDesc	tupdesc;
 	Datum		values[HOLDER_COLS];
 	bool		nulls[HOLDER_COLS];
@@ -360,11 +367,9 @@ rlock_holder(PG_FUNCTION_ARGS)
 	char	   *end;
 	int			i;
 
-	rlock_arg_key(fcinfo, 0, &key);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	status = rlock_query(RLOCK_OP_HOLDER, &key, &lease_ms);
-	rlock_report_status(status, key.sql, strlen(key.sql));
+	lease_ms = rlock_key_query(fcinfo, RLOCK_OP_HOLDER, &key);
 
 	memset(nulls, true, sizeof(nulls));
 	text = pstrdup(rlock_last_detail());
@@ -433,10 +438,7 @@ rlock_holder(PG_FUNCTION_ARGS)
 		/* the lease left: NULL for none (a key without expiry) */
 		if (lease_ms >= 0)
 		{
-			Interval   *iv = palloc0(sizeof(Interval));
-
-			iv->time = Min(lease_ms, PG_INT64_MAX / 1000) * 1000;
-			values[5] = IntervalPGetDatum(iv);
+			values[5] = IntervalPGetDatum(rlock_ms_interval(lease_ms));
 			nulls[5] = false;
 		}
 		errno = 0;
