@@ -1055,6 +1055,32 @@ worker_verify_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_complete(req, RLOCK_STATUS_OK, req->lost, NULL);
 }
 
+/*
+ * A forced release from this instance removed the lock: the local holders
+ * of the key lost it, whatever rlock.verify_at_commit says.  An entry with
+ * no confirmed hold is a waiter let in after the removal, or about to be:
+ * it is left alone.
+ */
+static void
+worker_force_mark_lost(const char *key, int keylen)
+{
+	int			newly_lost = 0;
+	int			i;
+
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold  *h = rlock_hold(i);
+
+		SpinLockAcquire(&h->mutex);
+		if (h->in_use && h->count > 0 && h->keylen == keylen &&
+			memcmp(h->key, key, keylen) == 0 && rlock_hold_mark_lost(h))
+			newly_lost++;
+		SpinLockRelease(&h->mutex);
+	}
+	if (newly_lost > 0)
+		rlock_count(RLOCK_STAT_LOST, newly_lost);
+}
+
 void
 worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
@@ -1062,6 +1088,17 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 
 	if (req == NULL)
 		return;
+	if (reply == NULL && req->op == RLOCK_OP_FORCE)
+	{
+		/*
+		 * Redis may have removed the lock before the connection went.  Sent
+		 * again, the removal could hit whoever took the lock since: the
+		 * caller learns that the outcome is unknown instead.
+		 */
+		worker_complete(req, RLOCK_STATUS_CONNECTION, 0,
+						"The connection to Redis was lost before it answered; the lock may or may not have been removed. rlock_holder() shows who holds it now.");
+		return;
+	}
 	if (reply == NULL)
 	{
 		worker_note_unanswered(req, wc);
@@ -1102,7 +1139,11 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	else if (req->op == RLOCK_OP_RELEASE)
 		worker_complete(req, worker_release_status(req->hold), 0, NULL);
 	else if (reply->type == RLOCK_REPLY_INTEGER)
+	{
+		if (req->op == RLOCK_OP_FORCE && reply->integer == 1)
+			worker_force_mark_lost(req->key, req->keylen);
 		worker_complete(req, RLOCK_STATUS_OK, reply->integer, NULL);
+	}
 	else
 		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
 }

@@ -245,6 +245,7 @@ is($redis->cmd('GET', 'redisson_lock_token:{ls:fence}'), $tokens[-1],
 # rlock_force_release: Redisson's forceUnlock.  The lock goes whoever
 # holds it, its waiter is woken and takes it, and the holding transaction
 # learns at its commit (40001).
+my ($rc, $out, $err);
 $s = $node->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('BEGIN');
 $s->query_safe("SELECT rlock_try('ls:force')");
@@ -271,8 +272,34 @@ $redis->cmd('SCRIPT', 'FLUSH');
 $redis->cmd('HSET', 'ls:force', 'java-client:7', 1);
 is($node->safe_psql('postgres', "SELECT rlock_force_release('ls:force')"), 't',
 	'after SCRIPT FLUSH the script is loaded again');
+$redis->cmd('SET', 'ls:force', 'app data');
+($rc, $out, $err) = $node->psql('postgres',
+	"SELECT rlock_force_release('ls:force')");
+like($err, qr/ERROR:  Redis returned an error for lock "ls:force"\nDETAIL:  WRONGTYPE the key holds a string, not a lock/,
+	'a key that is not a lock: 58000, as for any lock function');
+is($redis->cmd('GET', 'ls:force'), 'app data', 'and the key is left alone');
+$redis->cmd('DEL', 'ls:force');
+
+# forced from this instance, a transaction's lock is known lost at once,
+# also where the check before commit trusts its last answer
+$s->query_safe("SET rlock.verify_at_commit = lease");
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:force'), rlock_try('ls:force')");
+is($node->safe_psql('postgres', "SELECT rlock_force_release('ls:force')"), 't',
+	'a lock held twice is removed');
+is($s->query("SELECT rlock_held('ls:force')"), '0',
+	'its holder sees at once that it holds it no more');
+like($s->{stderr}, qr/WARNING:  lock "ls:force" was lost by the current transaction/,
+	'and is warned');
+$s->{stderr} = '';
+$s->query('COMMIT');
+like($s->{stderr}, qr/ERROR:  lock "ls:force" was lost before the transaction committed/,
+	'and its commit fails, with verify_at_commit = lease too');
+$s->{stderr} = '';
+$s->query_safe("RESET rlock.verify_at_commit");
+
 $node->safe_psql('postgres', 'CREATE ROLE plain_user');
-my ($rc, $out, $err) = $node->psql('postgres',
+($rc, $out, $err) = $node->psql('postgres',
 	"SET ROLE plain_user; SELECT rlock_force_release('ls:force')");
 like($err, qr/permission denied for function rlock_force_release/,
 	'not for every role');

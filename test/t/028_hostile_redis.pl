@@ -432,6 +432,52 @@ attack(
 	$s->quit;
 }
 
+{
+	# a forced release runs, its reply is cut: sent again it could remove
+	# the lock of the waiter that the first one let in, so the caller
+	# hears that the outcome is unknown and nothing is sent again
+	my $w;
+	attack(
+		name => 'a forced release whose reply is cut',
+		before => sub {
+			RlockTest::wait_until(
+				sub {
+					$node->safe_psql('postgres',
+						"SELECT connection_since < now() - interval '1.2 s' FROM rlock_status()"
+					) eq 't';
+				},
+				10);
+			db('HSET', 'h:fx', 'dead0000-1111-4222-8333-444455556666:1', 1);
+			$w = $node->background_psql('postgres', on_error_stop => 0);
+			RlockTest::send_query($w,
+				"SELECT rlock_session_try('h:fx', '20s');");
+			RlockTest::wait_until(
+				sub {
+					$node->safe_psql('postgres',
+						"SELECT count(*) FROM rlock_locks WHERE key = 'h:fx' AND state = 'waiting'"
+					) eq '1';
+				},
+				10);
+		},
+		setup => sub {
+			$hostile->close_mid('rlock_command', qr/^EVALSHA $sha{force} /,
+				count => 1);
+		},
+		sql => "SELECT rlock_force_release('h:fx')",
+		outcome => qr/ERROR:  08006: could not reach Redis for lock "h:fx"\n.*DETAIL:  The connection to Redis was lost before it answered; the lock may or may not have been removed/s,
+		check => sub {
+			my ($out, $err) = RlockTest::collect($w);
+			like($out, qr/^t$/m,
+				'the waiter the forced release let in gets the lock')
+			  or diag($err);
+			my $fields = db('HGETALL', 'h:fx');
+			is(scalar(@$fields), 2, 'the waiter is the one owner in Redis');
+			isnt($fields->[0], 'dead0000-1111-4222-8333-444455556666:1',
+				'and the removed owner is gone');
+		});
+	$w->quit;
+}
+
 #---- the subscriber connection ----
 
 # A waiter for a lock held elsewhere with a short lease: whatever happens

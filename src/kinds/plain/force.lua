@@ -1,5 +1,6 @@
 -- Remove a Redisson RLock whoever holds it, and wake its waiters: what
--- Redisson's forceUnlock() does.
+-- Redisson's forceUnlock() does, except that a key of another type is not
+-- a lock and is left alone.
 --
 -- KEYS[1]  the lock
 -- KEYS[2]  its unlock channel
@@ -7,8 +8,14 @@
 --
 -- Returns 1 when a lock was removed (and "0" published), 0 when there was
 -- none.
-if redis.call('del', KEYS[1]) == 1 then
-	redis.call(ARGV[1], KEYS[2], '0')
-	return 1
+local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'none' then
+	return 0
 end
-return 0
+if kind ~= 'hash' then
+	return redis.error_reply('WRONGTYPE the key holds a ' .. kind ..
+		', not a lock')
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[1], KEYS[2], '0')
+return 1
