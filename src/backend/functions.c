@@ -53,17 +53,26 @@ rlock_check_loaded(void)
  * The session's rlock.key_prefix: the setting's value when the session
  * first used rlock, for the rest of its life.  Its holds are known by
  * their prefixed keys; a prefix that changed under them would make them
- * impossible to name.
+ * impossible to name.  session_prefix is the value as set, redis_prefix
+ * the same in UTF-8, as it goes to Redis.
  */
 static char *session_prefix = NULL;
+static char *redis_prefix = NULL;
 
 const char *
 rlock_prefix(void)
 {
-	if (session_prefix == NULL)
+	if (redis_prefix == NULL)
+	{
+		char	   *utf8 = pg_server_to_any(rlock_key_prefix,
+											strlen(rlock_key_prefix),
+											PG_UTF8);
+
+		redis_prefix = MemoryContextStrdup(TopMemoryContext, utf8);
 		session_prefix = MemoryContextStrdup(TopMemoryContext,
 											 rlock_key_prefix);
-	return session_prefix;
+	}
+	return redis_prefix;
 }
 
 /*
@@ -85,6 +94,25 @@ rlock_check_key_prefix(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * The setting can still move away from the session's prefix without a
+ * SET: a SET LOCAL or a function's SET clause that ends, a rollback.  A
+ * lock call then refuses to guess which of the two the caller means.
+ */
+static void
+rlock_check_prefix_unchanged(void)
+{
+	(void) rlock_prefix();
+	if (strcmp(rlock_key_prefix, session_prefix) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CANT_CHANGE_RUNTIME_PARAM),
+				 errmsg("rlock.key_prefix changed after the session first used rlock"),
+				 errdetail("This session's keys have the prefix \"%s\"; the setting is now \"%s\".",
+						   session_prefix, rlock_key_prefix),
+				 errhint("Set rlock.key_prefix back to \"%s\", or use a new session for the other prefix.",
+						 session_prefix)));
 }
 
 /*
@@ -118,6 +146,7 @@ rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 	/* first: without preloading, not even the settings exist */
 	rlock_check_loaded();
 	rlock_check_not_parallel();
+	rlock_check_prefix_unchanged();
 	prefixlen = strlen(rlock_prefix());
 
 	if (PG_ARGISNULL(argno))

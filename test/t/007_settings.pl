@@ -103,6 +103,23 @@ $node->safe_psql('postgres', 'ALTER ROLE joe RESET rlock.key_prefix');
 	"SET rlock.key_prefix = 'a:'; SELECT rlock_is_locked('x'); SET rlock.key_prefix = 'b:'");
 like($err, qr/rlock.key_prefix cannot change once the session has used rlock/,
 	"a superuser's session keeps the prefix it used");
+# the setting can still move without a SET (a SET LOCAL that ends): lock
+# calls then refuse to choose between the two until it is set back
+my $sl = $node->background_psql('postgres', on_error_stop => 0);
+$sl->query_safe(
+	"BEGIN; SET LOCAL rlock.key_prefix = 'l:'; SELECT rlock_session_try('y'); COMMIT"
+);
+is($redis->cmd('EXISTS', 'l:y'), 1, 'a lock taken under SET LOCAL');
+$sl->query("SELECT rlock_is_locked('y')");
+like($sl->{stderr},
+	qr/ERROR:  rlock.key_prefix changed after the session first used rlock/,
+	'once the SET LOCAL ends, lock calls refuse the other prefix');
+$sl->{stderr} = '';
+is($sl->query_safe(
+		"SET rlock.key_prefix = 'l:'; SELECT rlock_session_release('y')"),
+	't', 'and work again once it is set back');
+is($redis->cmd('EXISTS', 'l:y'), 0, 'on the same key');
+$sl->quit;
 ($rc, $out, $err) = $node->psql('postgres',
 	"SELECT rlock_is_locked('x'); ALTER ROLE joe SET rlock.key_prefix = 'later:'; ALTER ROLE joe RESET rlock.key_prefix");
 is($err, '', 'but may still set one for a role');

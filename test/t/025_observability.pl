@@ -236,6 +236,17 @@ is($keys, q{\u65E5\u672C a\\\\b\U0001F512 cafe, converted},
 is($node->safe_psql('lat1', q{SELECT rlock_try('caf' || chr(233))}), 'f',
 	'another database finds the same key held: keys are shared by every database');
 $holder->query_safe('SELECT rlock_release_all()');
+# and so is a prefix: set in LATIN1, it goes to Redis in UTF-8, and the
+# views take it off again
+my $lat = $node->background_psql('lat1');
+$lat->query_safe(q{SET rlock.key_prefix = E'p\\xe9:'});
+$lat->query_safe(q{SELECT rlock_session_try('pk')});
+is($redis->cmd('EXISTS', "p\xc3\xa9:pk"), 1,
+	'a prefix set in a LATIN1 database reaches Redis in UTF-8');
+is($lat->query_safe(
+		'SELECT key FROM rlock_locks WHERE pid = pg_backend_pid()'),
+	'pk', 'and the views show the key without it');
+$lat->quit;
 
 $holder->quit;
 $waiter->quit;
