@@ -60,6 +60,13 @@ SELECT rlock_try('api:w');
 COMMIT;
 DO $$ BEGIN PERFORM rlock_try('api:w'); END $$;
 SELECT rlock_try('api:w') \; SELECT rlock_held('api:w');
+-- nested blocks, and a DO block that failed, leave the next statement
+-- warned as before; a statement locking per row warns once
+DO $$ BEGIN EXECUTE 'DO $i$ BEGIN PERFORM rlock_try(''api:w''); END $i$'; END $$;
+DO $$ BEGIN PERFORM rlock_try('api:w'); RAISE EXCEPTION 'failed'; END $$;
+SELECT rlock_try('api:w');
+SELECT count(*) FILTER (WHERE ok) FROM
+  (SELECT rlock_try('api:row' || i) AS ok FROM generate_series(1, 3) i) s;
 
 -- session scope
 SELECT rlock_session_try('api:s');

@@ -56,6 +56,7 @@
 #include "lib/ilist.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/proc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -710,14 +711,14 @@ rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 		dropped = rlock_local_drop_lost(lh, &nxact, &nsession);
 		rlock_local_add(lh, session, lease_ms, want_token ? value : 0);
 		*token = value;
-		if (!session)
-			rlock_warn_outside_block(lh);
 		if (dropped > 0)
 		{
 			rlock_local_queue(lh, dropped);
 			rlock_wake_worker();
 			rlock_local_warn_lost(lh, nxact, nsession, true, true);
 		}
+		if (!session)
+			rlock_warn_outside_block(lh);
 	}
 	else
 	{
@@ -904,15 +905,19 @@ rlock_xact_holds_vouched(void)
  * A transaction-scoped lock taken by a statement that is its own
  * transaction (no BEGIN, not inside a CALL or DO, not one of several
  * statements sent together) is released as soon as that statement ends;
- * warn, as PostgreSQL does for SET LOCAL there.
+ * warn, as PostgreSQL does for SET LOCAL there.  Once per transaction:
+ * a statement locking a key per row says it once.
  */
 static void
 rlock_warn_outside_block(LocalHold *lh)
 {
+	static LocalTransactionId warned_lxid = InvalidLocalTransactionId;
 	char	   *key;
 
-	if (IsTransactionBlock() || rlock_in_routine())
+	if (IsTransactionBlock() || rlock_in_routine() ||
+		warned_lxid == MyProc->lxid)
 		return;
+	warned_lxid = MyProc->lxid;
 	key = rlock_sql_key(lh->key.data, lh->key.len, strlen(rlock_prefix()));
 	ereport(WARNING,
 			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
