@@ -101,9 +101,13 @@ fuzz-replay: $(FUZZ_OUT)/fuzz_reply
 		{ cat $(FUZZ_OUT)/replay.log; exit 1; }
 	@tail -1 $(FUZZ_OUT)/replay.log
 
-.PHONY: test demo bench fuzz fuzz-replay
+.PHONY: test interop demo bench fuzz fuzz-replay
 test:
 	test/harness/run-tests
+
+# the tests against the real Redisson (Java) only
+interop:
+	RLOCK_TAP="034 035" test/harness/run-tests
 
 demo:
 	test/demo/run-demo

@@ -9,6 +9,9 @@ RLOCK_PACKAGES="make gcc postgresql-15 postgresql-client-15 postgresql-server-de
 libhiredis-dev libssl-dev openssl redis-server libipc-run-perl clang python3-psycopg2
 libclang-rt-14-dev"
 
+# The interoperability tests' Java service: Redisson from Maven Central.
+RLOCK_INTEROP_PACKAGES="openjdk-17-jdk-headless maven"
+
 PG_BINDIR=/usr/lib/postgresql/15/bin
 
 log() {

@@ -1,0 +1,190 @@
+
+=pod
+
+=head1 NAME
+
+RlockTest::Redisson - a Java service using the real Redisson, driven line
+by line from a test (test/interop/)
+
+=head1 SYNOPSIS
+
+  my $java = RlockTest::Redisson->start($redis, version => '3.52.0');
+  $java->call('a.1', 'lock', 'k');               # thread 1 of client a
+  my $id = $java->send('b.1', 'trylock', 'k', 5000);
+  ...                                            # meanwhile, in SQL
+  my $r = $java->result($id, 10);                # {ok, value, at}
+  $java->stop;
+
+=cut
+
+package RlockTest::Redisson;
+
+use strict;
+use warnings;
+
+use Cwd ();
+use File::Basename ();
+use IPC::Run ();
+use Test::More;
+use Time::HiRes qw(time);
+
+my $interop = Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../../interop');
+
+# The Redisson versions every interoperability case runs against: the
+# newest 3.x, and the line before the batched watchdog (3.44), the script
+# cache default (3.46) and the unlock latch (3.24).
+our @VERSIONS = ('3.52.0', '3.23.5');
+
+# Build the driver for a Redisson version (once per run: the classes and
+# the jars it needs go to test/out/interop/redisson-<version>), and return
+# its class path.
+sub build
+{
+	my ($version) = @_;
+	my $dir = Cwd::abs_path("$interop/..") . "/out/interop/redisson-$version";
+	my $jar = "$dir/rlock-interop-1.0.jar";
+	unless (-e $jar)
+	{
+		my $log = '';
+		my $ok = IPC::Run::run(
+			[ 'mvn', '-q', '-B', '-f', "$interop/pom.xml",
+			  "-Dredisson.version=$version", "-Dout.dir=$dir", 'package' ],
+			'<', \undef, '>&', \$log);
+		die "building the interop driver for Redisson $version failed:\n$log"
+		  unless $ok && -e $jar;
+	}
+	return "$jar:$dir/lib/*";
+}
+
+# Start a driver for Redisson $opt{version} (default: the newest) talking
+# to $redis; options: codec ('default' or 'string'), watchdog (ms), jdbc.
+sub start
+{
+	my ($class, $redis, %opt) = @_;
+	my $version = $opt{version} // $VERSIONS[0];
+	my $self = bless {
+		in => '',
+		out => '',
+		err => '',
+		next => 1,
+		done => {},
+		version => $version,
+	}, $class;
+	my @cmd = (
+		'java', '-cp', build($version), 'rlock.interop.Driver',
+		'--redis', 'redis://127.0.0.1:' . $redis->port,
+		'--codec', $opt{codec} // 'default',
+		'--watchdog', $opt{watchdog} // 30000);
+	push @cmd, '--jdbc', $opt{jdbc} if $opt{jdbc};
+	$self->{h} = IPC::Run::start(\@cmd, '<', \$self->{in}, '>', \$self->{out},
+		'2>', \$self->{err});
+	my $deadline = time + 60;
+	while (1)
+	{
+		if ($self->{out} =~ s/^ready (\S+)\n//)
+		{
+			$self->{running} = $1;
+			last;
+		}
+		die "the interop driver did not start: $self->{err}" if time > $deadline;
+		$self->{h}->pump_nb;
+		select(undef, undef, undef, 0.05);
+	}
+	return $self;
+}
+
+# The Redisson version the driver runs with, as its jar says.
+sub version { $_[0]{running} }
+
+# What a driver line carries: bytes outside printable ASCII, and "%",
+# as %XX.
+sub _escape
+{
+	my ($s) = @_;
+	utf8::encode($s);
+	$s =~ s/([^\x21-\x24\x26-\x7e])/sprintf('%%%02X', ord($1))/ge;
+	return $s;
+}
+
+# Hand an order to an actor ("client.thread"); returns its id at once.
+sub send
+{
+	my ($self, $actor, $op, @args) = @_;
+	my $id = $self->{next}++;
+	$self->{in} .= join(' ', $id, $actor, $op, map { _escape($_) } @args) . "\n";
+	$self->{h}->pump_nb while length $self->{in};
+	return $id;
+}
+
+sub _collect
+{
+	my ($self) = @_;
+	$self->{h}->pump_nb;
+	while ($self->{out} =~ s/^(\d+) (ok|err) (.*)\n//)
+	{
+		my ($id, $status, $rest) = ($1, $2, $3);
+		my %r = (ok => $status eq 'ok');
+		if ($r{ok})
+		{
+			@r{qw(start at value)} = $rest =~ /^(\d+) (\d+) (.*)$/;
+		}
+		else
+		{
+			@r{qw(start at error message)} = $rest =~ /^(\d+) (\d+) (\S+) ?(.*)$/;
+		}
+		$r{start} /= 1e6;
+		$r{at} /= 1e6;
+		$self->{done}{$id} = \%r;
+	}
+}
+
+# Whether order $id has ended (without waiting).
+sub ended
+{
+	my ($self, $id) = @_;
+	$self->_collect;
+	return exists $self->{done}{$id};
+}
+
+# Wait at most $seconds for order $id to end; returns its outcome
+# ({ok => 1, value, at} or {ok => 0, error, message, at}, at in epoch
+# seconds), or undef if it did not end in time.
+sub result
+{
+	my ($self, $id, $seconds) = @_;
+	my $deadline = time + ($seconds // 30);
+	until (exists $self->{done}{$id})
+	{
+		return undef if time > $deadline;
+		$self->_collect;
+		select(undef, undef, undef, 0.01) unless exists $self->{done}{$id};
+	}
+	return delete $self->{done}{$id};
+}
+
+# An order and its value: dies if it failed or did not end within 30 s.
+sub call
+{
+	my ($self, $actor, $op, @args) = @_;
+	my $r = $self->result($self->send($actor, $op, @args), 30);
+	die "$actor $op @args: no answer within 30 s" unless $r;
+	die "$actor $op @args: $r->{error}: $r->{message}" unless $r->{ok};
+	return $r->{value};
+}
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{h};
+	$self->{in} .= "0 - quit\n";
+	eval {
+		$self->{h}->pump_nb while length $self->{in};
+		$self->{h}->finish;
+	};
+	$self->{h}->kill_kill if $@;
+	delete $self->{h};
+}
+
+sub DESTROY { $_[0]->stop }
+
+1;
