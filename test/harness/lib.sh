@@ -6,7 +6,7 @@
 # EXIT trap stops.
 
 RLOCK_PACKAGES="make gcc postgresql-15 postgresql-client-15 postgresql-server-dev-15
-libhiredis-dev libssl-dev openssl redis-server libipc-run-perl clang python3-psycopg2
+libhiredis-dev libssl-dev openssl redis-server redis-sentinel libipc-run-perl clang python3-psycopg2
 libclang-rt-14-dev"
 
 # The interoperability tests' Java service: Redisson from Maven Central.
@@ -37,6 +37,16 @@ need_packages() {
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq >/dev/null
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Make sure command $1 exists, installing Debian packages $2... if not: for
+# tools a machine may have from elsewhere (Node.js from its own packages
+# brings npm, which Debian's npm package would conflict with).
+need_command() {
+	local cmd=$1
+	shift
+	command -v "$cmd" >/dev/null && return 0
+	need_packages "$@"
 }
 
 # Build rlock in $1 and install it into the PostgreSQL found by pg_config.
