@@ -38,13 +38,15 @@ my $s1 = $node->background_psql('postgres');
 # the hash, its field and count, the lease
 $s1->query_safe("SELECT rlock_session_try('wire:a')");
 is($redis->cmd('TYPE', 'wire:a'), 'hash', 'a lock is a hash');
-my $fields = $redis->cmd('HGETALL', 'wire:a');
-is(scalar(@$fields), 2, 'with one field');
-my $owner = $fields->[0];
+my %fields = @{ $redis->cmd('HGETALL', 'wire:a') };
+is(scalar(keys %fields), 2, 'with two fields');
+is(delete $fields{mode}, 'write',
+	'one "mode" = "write", which Redisson read-write locks wait on');
+my ($owner) = keys %fields;
 like($owner,
 	qr/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}:\d+$/,
 	'the field is <uuid v4>:<n>');
-is($fields->[1], '1', 'holding the hold count');
+is($fields{$owner}, '1', 'the other holding the hold count');
 my $pttl = $redis->cmd('PTTL', 'wire:a');
 ok($pttl > 25_000 && $pttl <= 30_000, "watchdog lease of 30 s ($pttl ms)");
 
@@ -57,7 +59,7 @@ ok($pttl > 25_000, "re-entry resets the lease ($pttl ms)");
 # the owner is per session: same instance uuid, another number
 my $s2 = $node->background_psql('postgres');
 $s2->query_safe("SELECT rlock_session_try('wire:b')");
-my $owner2 = $redis->cmd('HKEYS', 'wire:b')->[0];
+my $owner2 = $redis->owners('wire:b')->[0];
 my ($uuid1, $n1) = split /:/, $owner;
 my ($uuid2, $n2) = split /:/, $owner2;
 is($uuid2, $uuid1, 'sessions of one instance share its uuid');

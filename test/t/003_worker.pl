@@ -42,7 +42,7 @@ like($w->{stderr}, qr/ERROR:  55000: rlock background worker is not running/,
 $w->{stderr} = '';
 ok(RlockTest::wait_for_new_worker($node, $old_pid), 'the postmaster starts a new worker');
 ok(RlockTest::wait_for_redis($node, 10), 'which serves requests');
-is_deeply($redis->cmd('HKEYS', 'wk:busy'), [$foreign],
+is_deeply($redis->owners('wk:busy'), [$foreign],
 	'the abandoned wait took nothing');
 is($node->safe_psql('postgres', "SELECT rlock_try('wk:after')"),
 	't', 'locks work after the restart');
@@ -83,12 +83,12 @@ is($node->safe_psql('postgres', "SELECT rlock_try('wk:hup')"),
 # renewed and their leases run out
 my $s = $node->background_psql('postgres');
 $s->query_safe("SELECT rlock_session_try('wk:crash')");
-my $old_owner = $redis->cmd('HKEYS', 'wk:crash')->[0];
+my $old_owner = $redis->owners('wk:crash')->[0];
 kill 'KILL', RlockTest::worker_pid($node);
 ok($node->poll_query_until('postgres', 'SELECT true'),
 	'the cluster comes back after the crash');
 eval { $s->quit };
-is_deeply($redis->cmd('HKEYS', 'wk:crash'), [$old_owner],
+is_deeply($redis->owners('wk:crash'), [$old_owner],
 	'the old hold stays in Redis for now');
 ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'wk:crash') == 0 }, 10),
 	'and expires with its lease, never renewed');
@@ -96,7 +96,7 @@ ok(RlockTest::wait_for_redis($node, 10), 'the new worker serves requests');
 my $n = $node->background_psql('postgres');
 $n->query_safe("SELECT rlock_session_try('wk:new')");
 my ($old_uuid) = split /:/, $old_owner;
-my ($new_uuid) = split /:/, $redis->cmd('HKEYS', 'wk:new')->[0];
+my ($new_uuid) = split /:/, $redis->owners('wk:new')->[0];
 isnt($new_uuid, $old_uuid, 'owners after the restart have a new uuid');
 $n->quit;
 

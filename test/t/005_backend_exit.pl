@@ -25,7 +25,7 @@ my $pid = $s->query_safe('SELECT pg_backend_pid()');
 $s->query_safe("SELECT rlock_session_try('exit:s'), rlock_session_try('exit:s')");
 $s->query_safe('BEGIN');
 $s->query_safe("SELECT rlock_try('exit:x'), rlock_try('exit:s')");
-is($redis->cmd('HVALS', 'exit:s')->[0], '3', 'three holds on exit:s');
+is($redis->counts('exit:s')->[0], '3', 'three holds on exit:s');
 is($redis->cmd('EXISTS', 'exit:x'), 1, 'one on exit:x');
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
 ok(gone('exit:s', 'exit:x'), 'pg_terminate_backend releases both scopes');
@@ -42,7 +42,7 @@ ok(gone('exit:quit'), 'disconnecting releases session locks');
 # the holder keeps its lock
 my $holder = $node->background_psql('postgres');
 $holder->query_safe("SELECT rlock_session_try('exit:w')");
-my $owner = $redis->cmd('HKEYS', 'exit:w')->[0];
+my $owner = $redis->owners('exit:w')->[0];
 my $waiter = $node->background_psql('postgres', on_error_stop => 0);
 $pid = $waiter->query_safe('SELECT pg_backend_pid()');
 $waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT rlock_lock('exit:w');\n");
@@ -51,7 +51,7 @@ ok(RlockTest::wait_for_subscribers($redis, 'exit:w', 1),
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
 ok(RlockTest::wait_for_subscribers($redis, 'exit:w', 0),
 	'terminating it drops the subscription');
-is_deeply($redis->cmd('HKEYS', 'exit:w'), [$owner], 'the holder keeps the lock');
+is_deeply($redis->owners('exit:w'), [$owner], 'the holder keeps the lock');
 eval { $waiter->quit };
 $holder->quit;
 ok(gone('exit:w'), 'until it goes too');

@@ -26,13 +26,13 @@ my $sb = $nb->background_psql('postgres');
 $sb->query_until(qr/waiting/,
 	"\\echo waiting\nSELECT rlock_session_try('two:k', '30 s');\n");
 ok(RlockTest::wait_for_subscribers($redis, 'two:k', 1), 'b waits, subscribed');
-my $owner_a = $redis->cmd('HKEYS', 'two:k')->[0];
+my $owner_a = $redis->owners('two:k')->[0];
 my $t0 = time;
 $sa->query_safe('COMMIT');
 like(scalar $sb->query("SELECT 'next'"), qr/^t\n/, "a's commit hands the lock to b");
 my $elapsed = time - $t0;
 cmp_ok($elapsed, '<', 5, "woken by a's unlock message ($elapsed s)");
-my $owner_b = $redis->cmd('HKEYS', 'two:k')->[0];
+my $owner_b = $redis->owners('two:k')->[0];
 isnt((split /:/, $owner_b)[0], (split /:/, $owner_a)[0],
 	'each instance has its own owner uuid');
 

@@ -42,7 +42,7 @@ ok( RlockTest::wait_until(
 	'the holder is inside COMMIT, waiting for the synchronous standby');
 is( $node->safe_psql('postgres', 'SELECT count(*) FROM t'),
 	'0', 'its row is not visible yet');
-is($redis->cmd('HLEN', 'visible:k'), 1, 'so the lock is still held');
+is(scalar @{ $redis->owners('visible:k') }, 1, 'so the lock is still held');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT rlock_try(''visible:k''%' AND wait_event_type = 'Extension'"
 	),

@@ -244,7 +244,7 @@ is_deeply($redis->cmd('HKEYS', 'lb:re'), ['another-client:1'],
 $redis->cmd('PEXPIRE', 'lb:re', '500');
 is($s->query("SELECT rlock_session_try('lb:re', '5 s')"), 't',
 	'once it is free the session takes it afresh');
-is_deeply($redis->cmd('HVALS', 'lb:re'), ['1'], 'with a count of one in Redis');
+is_deeply($redis->counts('lb:re'), ['1'], 'with a count of one in Redis');
 is($s->query("SELECT rlock_session_release('lb:re')"), 't', 'and releases it');
 is($redis->cmd('EXISTS', 'lb:re'), 0, 'which frees it');
 
@@ -259,7 +259,7 @@ $redis->cmd('PEXPIRE', 'lb:rew', '700');
 is($out, 't', 'a re-entry that waits gets the lock when the other holder leaves');
 like($err, qr/session-scoped lock "lb:rew" was lost/, 'reporting the old hold lost');
 is($s->query("SELECT rlock_held('lb:rew')"), '1', 'the session counts one hold');
-ok(RlockTest::wait_until(sub { join(',', @{ $redis->cmd('HVALS', 'lb:rew') }) eq '1' }),
+ok(RlockTest::wait_until(sub { join(',', @{ $redis->counts('lb:rew') }) eq '1' }),
 	'and so does Redis');
 run("SELECT rlock_session_release('lb:rew')");
 is($redis->cmd('EXISTS', 'lb:rew'), 0, 'one release frees it');
@@ -297,7 +297,7 @@ is($s->query("SELECT rlock_held('lb:badtok')"), '0', 'nor counted');
 is($s->query("SELECT rlock_session_try('lb:badtok')"), 't',
 	'a re-entry on top of a plain hold');
 run("SELECT rlock_session_try_token('lb:badtok')");
-is_deeply($redis->cmd('HVALS', 'lb:badtok'), ['1'],
+is_deeply($redis->counts('lb:badtok'), ['1'],
 	'that fails on the counter leaves the count in Redis at one');
 is($s->query("SELECT rlock_session_release('lb:badtok')"), 't',
 	'so one release');

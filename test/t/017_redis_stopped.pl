@@ -71,7 +71,7 @@ my ($h, $hpid) = session();
 $h->query_safe("SELECT rlock_session_try('stop:s')");
 $h->query_safe('BEGIN');
 $h->query_safe("SELECT rlock_try('stop:x')");
-my $owner = $redis->cmd('HKEYS', 'stop:s')->[0];
+my $owner = $redis->owners('stop:s')->[0];
 
 # -- SIGTERM: Redis closes its connections --------------------------------
 
@@ -109,7 +109,7 @@ is($node->safe_psql('postgres',
 # Redis back with its data: what was held is still held
 $redis->restart;
 ok(RlockTest::wait_for_redis($node, 5), 'service resumes once Redis is back');
-is_deeply($redis->cmd('HKEYS', 'stop:s'), [$owner],
+is_deeply($redis->owners('stop:s'), [$owner],
 	'the session lock held across the outage is still held');
 ok(RlockTest::wait_for_renewal($redis, 'stop:s', 5), 'and renewed again');
 is(scalar $w->[2]->query("SELECT rlock_held('stop:s')"), '0',

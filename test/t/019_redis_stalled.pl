@@ -37,7 +37,7 @@ for my $i (0 .. $nsessions - 1)
 	$s->query_safe('\set VERBOSITY verbose');
 	push @pids, $s->query_safe('SELECT pg_backend_pid()');
 	$s->query_safe("SELECT rlock_session_try('st:$i')");
-	push @owner, $redis->cmd('HKEYS', "st:$i")->[0];
+	push @owner, $redis->owners("st:$i")->[0];
 	push @s, $s;
 	push @held, 1;
 	push @shared, 0;
@@ -92,7 +92,7 @@ sub disagreement
 		  . hget0('st:shared', $owner[$i])
 		  if hget0('st:shared', $owner[$i]) != $shared[$i];
 	}
-	my @fields = @{ $redis->cmd('HKEYS', 'st:shared') };
+	my @fields = @{ $redis->owners('st:shared') };
 	push @diff, "st:shared has several owners: @fields" if @fields > 1;
 	return join('; ', @diff);
 }

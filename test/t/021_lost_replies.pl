@@ -74,7 +74,7 @@ sub ran_twice
 sub counts
 {
 	my ($key) = @_;
-	return join(',', @{ $redis->cmd('HVALS', $key) }) . ' / '
+	return join(',', @{ $redis->counts($key) }) . ' / '
 	  . $s->query("SELECT rlock_held('$key')");
 }
 
@@ -146,7 +146,7 @@ for my $i (0 .. $nsessions - 1)
 	$w->query_safe('\set VERBOSITY verbose');
 	push @pids, $w->query_safe('SELECT pg_backend_pid()');
 	$w->query_safe("SELECT rlock_session_try('lk:$i')");
-	push @owner, $redis->cmd('HKEYS', "lk:$i")->[0];
+	push @owner, $redis->owners("lk:$i")->[0];
 	push @w, $w;
 	push @expect, 1;
 }

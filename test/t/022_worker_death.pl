@@ -53,7 +53,7 @@ sub scripts_for
 sub redis_count
 {
 	my ($key) = @_;
-	return join(',', @{ $redis->cmd('HVALS', $key) });
+	return join(',', @{ $redis->counts($key) });
 }
 
 # -- SIGTERM -------------------------------------------------------------------

@@ -57,7 +57,7 @@ for my $w ($w1, $w2)
 }
 is(scalar $w1->query("SELECT rlock_held('bd:s')"), '1', 'one holds bd:s');
 is(scalar $w2->query("SELECT rlock_held('bd:x')"), '1', 'the other bd:x');
-is($redis->cmd('HLEN', 'bd:s') . $redis->cmd('HLEN', 'bd:x'), '11',
+is(@{ $redis->owners('bd:s') } . @{ $redis->owners('bd:x') }, '11',
 	'each alone, in Redis too');
 eval { $h->quit };
 $w2->query_safe('COMMIT');
@@ -71,7 +71,7 @@ $k->query_safe("SELECT rlock_session_try('bd:kill:s')");
 $k->query_safe('BEGIN');
 $k->query_safe("SELECT rlock_try('bd:kill:x'), rlock_try('bd:kill:lease', '0', '4 s')");
 $w1->query_safe("SELECT rlock_session_try('bd:other')");
-my %owner = map { $_ => $redis->cmd('HKEYS', $_)->[0] }
+my %owner = map { $_ => $redis->owners($_)->[0] }
   qw(bd:kill:s bd:kill:x bd:kill:lease bd:other);
 ok( RlockTest::wait_for_renewal($redis, 'bd:kill:s', 5)
 	  && RlockTest::wait_for_renewal($redis, 'bd:other', 5),
@@ -90,7 +90,7 @@ my ($n) = session();
 is( scalar $n->query(
 		"SELECT rlock_session_try('bd:kill:s') AND rlock_session_try('bd:kill:x')"),
 	't', 'a new session takes the locks once they expired');
-my ($new_uuid) = split /:/, $redis->cmd('HKEYS', 'bd:kill:s')->[0];
+my ($new_uuid) = split /:/, $redis->owners('bd:kill:s')->[0];
 my ($old_uuid) = split /:/, $owner{'bd:kill:s'};
 isnt($new_uuid, $old_uuid, 'as a new owner');
 $n->quit;

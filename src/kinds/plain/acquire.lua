@@ -1,6 +1,7 @@
 -- Take a Redisson RLock for an owner, or say how long it stays busy.
 --
--- KEYS[1]  the lock (a hash: owner -> hold count, with a PEXPIRE lease)
+-- KEYS[1]  the lock (a hash: owner -> hold count, with a PEXPIRE lease,
+--          and the field "mode" = "write")
 -- KEYS[2]  its fencing token counter, when the caller asks for a token
 -- ARGV[1]  lease in ms
 -- ARGV[2]  owner ("<uuid>:<n>")
@@ -11,6 +12,13 @@
 -- {0, pttl} when someone else holds it, pttl being the lease left in ms
 -- (-1: no expiry), which bounds how long a waiter sleeps; {3, pttl} when
 -- someone else holds it although the owner expected to hold it already.
+-- A Redisson read-write lock at the key is refused with a WRONGTYPE error:
+-- its holders neither wait for our unlock message nor send one we hear.
+--
+-- "mode" = "write" is what a Redisson write lock holds: with it, a
+-- Redisson read or write lock (getReadWriteLock) taken on the same name
+-- waits for ours, where its script would otherwise join any hash without
+-- that field.  Redisson's RLock scripts never read it.
 --
 -- The token is counted first: Redis does not undo a script's writes when
 -- a later command fails, and a counter that cannot be incremented must
@@ -19,12 +27,30 @@
 -- memory only at its first write).
 local held = redis.call('hexists', KEYS[1], ARGV[2]) == 1
 local reentry = tonumber(ARGV[3]) > 1
-if held or redis.call('exists', KEYS[1]) == 0 then
+local free = not held and redis.call('exists', KEYS[1]) == 0
+if not held and not free then
+	-- a Redisson read lock, or a write lock (whose owners end in ":write")
+	local mode = redis.call('hget', KEYS[1], 'mode')
+	local rw = mode == 'read'
+	if mode == 'write' then
+		for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+			if string.sub(field, -6) == ':write' then
+				rw = true
+				break
+			end
+		end
+	end
+	if rw then
+		return redis.error_reply('WRONGTYPE the key holds a Redisson ' ..
+			mode .. ' lock (getReadWriteLock), not an RLock')
+	end
+end
+if held or free then
 	local token = 0
 	if #KEYS > 1 then
 		token = redis.call('incr', KEYS[2])
 	end
-	redis.call('hset', KEYS[1], ARGV[2], ARGV[3])
+	redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'write')
 	redis.call('pexpire', KEYS[1], ARGV[1])
 	if reentry and not held then
 		return {2, token}

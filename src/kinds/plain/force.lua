@@ -1,6 +1,7 @@
 -- Remove a Redisson RLock whoever holds it, and wake its waiters: what
 -- Redisson's forceUnlock() does, except that a key of another type is not
--- a lock and is left alone.
+-- a lock and is left alone, and so is a Redisson read-write lock (its
+-- waiters listen on another channel; acquire.lua tells it apart).
 --
 -- KEYS[1]  the lock
 -- KEYS[2]  its unlock channel
@@ -15,6 +16,17 @@ end
 if kind ~= 'hash' then
 	return redis.error_reply('WRONGTYPE the key holds a ' .. kind ..
 		', not a lock')
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == 'read' then
+	return redis.error_reply('WRONGTYPE the key holds a Redisson read lock (getReadWriteLock), not an RLock')
+end
+if mode == 'write' then
+	for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+		if string.sub(field, -6) == ':write' then
+			return redis.error_reply('WRONGTYPE the key holds a Redisson write lock (getReadWriteLock), not an RLock')
+		end
+	end
 end
 redis.call('del', KEYS[1])
 redis.call(ARGV[1], KEYS[2], '0')

@@ -8,13 +8,24 @@
 -- itself (rlock_instance:{<uuid>}, see src/worker/registry.c), that
 -- instance's name and the session's pid, else false; the lease left in
 -- ms; how many owners the hash has (1 for a lock held as Redisson holds
--- it).  The registry is read whatever its type: anything but a hash reads
--- as no registry.
+-- it).  The "mode" field is not an owner (see acquire.lua).  The registry
+-- is read whatever its type: anything but a hash reads as no registry.
 local fields = redis.call('hgetall', KEYS[1])
 if #fields == 0 then
 	return {}
 end
-local owner = fields[1]
+local owner, count, owners = nil, nil, 0
+for i = 1, #fields, 2 do
+	if fields[i] ~= 'mode' then
+		owners = owners + 1
+		if owner == nil then
+			owner, count = fields[i], fields[i + 1]
+		end
+	end
+end
+if owner == nil then
+	return {}
+end
 local name, pid = false, false
 local uuid, n = string.match(owner, '^(.+):(%d+)$')
 if uuid then
@@ -23,4 +34,4 @@ if uuid then
 		name, pid = reg[1], reg[2]
 	end
 end
-return {owner, fields[2], name, pid, redis.call('pttl', KEYS[1]), #fields / 2}
+return {owner, count, name, pid, redis.call('pttl', KEYS[1]), owners}

@@ -98,6 +98,27 @@ sub cmd
 	return $reply;
 }
 
+# The holds on lock $key, owner => count: its hash without the "mode"
+# field that marks it for Redisson's read-write locks (acquire.lua).
+sub holds
+{
+	my ($self, $key) = @_;
+	my %h = @{ $self->cmd('HGETALL', $key) };
+	delete $h{mode};
+	return \%h;
+}
+
+# The owners holding lock $key, sorted.
+sub owners { return [ sort keys %{ $_[0]->holds($_[1]) } ] }
+
+# Their hold counts, in the order of owners().
+sub counts
+{
+	my ($self, $key) = @_;
+	my $h = $self->holds($key);
+	return [ map { $h->{$_} } sort keys %$h ];
+}
+
 # How many clients are subscribed to the unlock channel of lock $key.
 sub subscribers
 {
