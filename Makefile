@@ -105,9 +105,9 @@ fuzz-replay: $(FUZZ_OUT)/fuzz_reply
 test:
 	test/harness/run-tests
 
-# the tests against the real Redisson (Java) only
+# the tests against the real Redisson (Java) and node-redisson only
 interop:
-	RLOCK_TAP="034 035" test/harness/run-tests
+	RLOCK_TAP="034 035 036" test/harness/run-tests
 
 demo:
 	test/demo/run-demo

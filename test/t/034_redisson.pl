@@ -28,12 +28,8 @@ sub sql { return $node->safe_psql('postgres', $_[0]) }
 # A transaction-scoped call in a transaction of its own.
 sub in_xact { return sql("BEGIN; $_[0]; COMMIT") }
 
-# The fields of a lock's hash, sorted: owner => count.
-sub fields
-{
-	my %h = @{ $redis->cmd('HGETALL', $_[0]) };
-	return \%h;
-}
+# The holds on a lock: owner => count.
+sub fields { return $redis->holds($_[0]) }
 
 sub percentile
 {
@@ -220,6 +216,65 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 		is($java->call('e.1', 'islocked', $key), 'true', "$v isLocked() agrees");
 		$s->query_safe("SELECT rlock_session_release('$q')");
 	}
+
+	#---- other kinds of Redisson lock on the same name ----
+
+	# a read-write lock: Redisson's scripts join any hash that has no
+	# "mode" field; rlock's has one, so both halves wait for SQL
+	$s->query_safe("BEGIN; SELECT rlock_try('rw:$version')");
+	my $sql_holds = fields("rw:$version");
+	is($java->call('g.1', 'write.trylock', "rw:$version", 0), 'false',
+		"$v a Redisson write lock waits for a transaction's lock");
+	is($java->call('g.1', 'read.trylock', "rw:$version", 0), 'false',
+		"$v so does a read lock");
+	is($java->call('g.1', 'write.islocked', "rw:$version"), 'true',
+		"$v and the write lock says it is locked");
+	is_deeply(fields("rw:$version"), $sql_holds,
+		"$v the transaction's hold is untouched");
+	$s->query_safe('COMMIT');
+	is($java->call('g.1', 'write.trylock', "rw:$version", 0), 'true',
+		"$v after the commit the write lock is taken");
+	my $rw_hash = $redis->cmd('HGETALL', "rw:$version");
+	for my $call ("rlock_try('rw:$version')", "rlock_lock('rw:$version')",
+		"rlock_force_release('rw:$version')")
+	{
+		$s->query("BEGIN; SELECT $call");
+		like($s->{stderr},
+			qr/ERROR:  Redis returned an error for lock "rw:$version"\nDETAIL:  WRONGTYPE the key holds a Redisson write lock \(getReadWriteLock\), not an RLock\nHINT:  .*use that kind on both sides/,
+			"$v held by it, $call fails at once with Redis's refusal");
+		$s->{stderr} = '';
+		$s->query('ROLLBACK');
+	}
+	is_deeply($redis->cmd('HGETALL', "rw:$version"), $rw_hash,
+		"$v and leaves the write lock as it was");
+	$java->call('g.1', 'write.unlock', "rw:$version");
+	is($java->call('g.1', 'read.trylock', "rw:$version", 0), 'true',
+		"$v a read lock is taken");
+	$s->query("SELECT rlock_session_try('rw:$version')");
+	like($s->{stderr}, qr/DETAIL:  WRONGTYPE the key holds a Redisson read lock/,
+		"$v and refused to rlock_session_try too");
+	$s->{stderr} = '';
+	$java->call('g.1', 'read.unlock', "rw:$version");
+	is($s->query_safe("SELECT rlock_session_try('rw:$version'), rlock_session_release('rw:$version')"),
+		't|t', "$v once unlocked SQL takes the name, the session unharmed");
+
+	# a fair lock keeps the RLock's hash, so the two exclude each other;
+	# its waiters listen on channels of their own, so each side's waiter
+	# learns of the other's unlock at its next try, when the lease it saw
+	# would have ended
+	$s->query_safe("BEGIN; SELECT rlock_try('fair:$version', '0', '2 s')");
+	is($java->call('h.1', 'fair.trylock', "fair:$version", 0), 'false',
+		"$v a Redisson fair lock waits for a transaction's lock");
+	my $id = $java->send('h.1', 'fair.trylock', "fair:$version", 15000);
+	$s->query_safe('COMMIT');
+	$r = $java->result($id, 20);
+	ok($r && $r->{value} eq 'true',
+		"$v its waiter gets it once the transaction ends");
+	is(in_xact("SELECT rlock_try('fair:$version')"), 'f',
+		"$v held by the fair lock, rlock_try fails");
+	$java->call('h.1', 'fair.unlock', "fair:$version");
+	is(in_xact("SELECT rlock_try('fair:$version')"), 't',
+		"$v and succeeds after its unlock()");
 
 	$s->quit;
 	$java->stop;

@@ -3,8 +3,8 @@
 
 =head1 NAME
 
-RlockTest::Redisson - a Java service using the real Redisson, driven line
-by line from a test (test/interop/)
+RlockTest::Redisson - a Java service using the real Redisson, or a Node.js
+one using node-redisson, driven line by line from a test (test/interop/)
 
 =head1 SYNOPSIS
 
@@ -15,6 +15,8 @@ by line from a test (test/interop/)
   my $r = $java->result($id, 10);                # {ok, value, at}
   $java->stop;
 
+  my $node = RlockTest::Redisson->start_node($redis);   # node-redisson
+
 =cut
 
 package RlockTest::Redisson;
@@ -24,6 +26,8 @@ use warnings;
 
 use Cwd ();
 use File::Basename ();
+use File::Copy ();
+use File::Path ();
 use IPC::Run ();
 use Test::More;
 use Time::HiRes qw(time);
@@ -62,20 +66,57 @@ sub start
 {
 	my ($class, $redis, %opt) = @_;
 	my $version = $opt{version} // $VERSIONS[0];
-	my $self = bless {
-		in => '',
-		out => '',
-		err => '',
-		next => 1,
-		done => {},
-		version => $version,
-	}, $class;
 	my @cmd = (
 		'java', '-cp', build($version), 'rlock.interop.Driver',
 		'--redis', 'redis://127.0.0.1:' . $redis->port,
 		'--codec', $opt{codec} // 'default',
 		'--watchdog', $opt{watchdog} // 30000);
 	push @cmd, '--jdbc', $opt{jdbc} if $opt{jdbc};
+	return $class->_spawn(@cmd);
+}
+
+# Install node-redisson (test/interop/node: the versions its lock file
+# pins) into test/out/interop/node, once per run, and return the driver.
+sub build_node
+{
+	my $dir = Cwd::abs_path("$interop/..") . '/out/interop/node';
+	unless (-e "$dir/node_modules/node-redisson/package.json")
+	{
+		File::Path::make_path($dir);
+		for my $f ('package.json', 'package-lock.json', 'driver.js')
+		{
+			File::Copy::copy("$interop/node/$f", "$dir/$f") or die "$f: $!";
+		}
+		my $log = '';
+		my $ok = IPC::Run::run(
+			[ 'npm', 'ci', '--prefix', $dir, '--no-audit', '--no-fund' ],
+			'<', \undef, '>&', \$log);
+		die "installing node-redisson failed:\n$log"
+		  unless $ok && -e "$dir/node_modules/node-redisson/package.json";
+	}
+	return "$dir/driver.js";
+}
+
+# Start the driver of node-redisson, a second Redisson-compatible client,
+# talking to $redis; options: watchdog (ms).  It takes the orders lock,
+# trylock, unlock, islocked, forceunlock and owner.
+sub start_node
+{
+	my ($class, $redis, %opt) = @_;
+	return $class->_spawn('node', build_node(),
+		'--redis-port', $redis->port, '--watchdog', $opt{watchdog} // 30000);
+}
+
+sub _spawn
+{
+	my ($class, @cmd) = @_;
+	my $self = bless {
+		in => '',
+		out => '',
+		err => '',
+		next => 1,
+		done => {},
+	}, $class;
 	$self->{h} = IPC::Run::start(\@cmd, '<', \$self->{in}, '>', \$self->{out},
 		'2>', \$self->{err});
 	my $deadline = time + 60;
@@ -93,7 +134,8 @@ sub start
 	return $self;
 }
 
-# The Redisson version the driver runs with, as its jar says.
+# The client's version as the driver reports it: Redisson's, as its jar
+# says, or node-redisson's.
 sub version { $_[0]{running} }
 
 # What a driver line carries: bytes outside printable ASCII, and "%",

@@ -219,8 +219,33 @@ public final class Driver
 
 	private RLock lock(String actor, String key)
 	{
-		return locks.computeIfAbsent(actor + "\u0000" + key,
-									 k -> client(actor).getLock(key));
+		return lock(actor, "plain", key);
+	}
+
+	/*
+	 * The lock object of an actor for a key, of a kind: "plain" (getLock),
+	 * "read" and "write" (the two halves of getReadWriteLock), "fair"
+	 * (getFairLock).
+	 */
+	private RLock lock(String actor, String kind, String key)
+	{
+		return locks.computeIfAbsent(actor + "\u0000" + kind + "\u0000" + key, k -> {
+			RedissonClient c = client(actor);
+
+			switch (kind)
+			{
+				case "plain":
+					return c.getLock(key);
+				case "read":
+					return c.getReadWriteLock(key).readLock();
+				case "write":
+					return c.getReadWriteLock(key).writeLock();
+				case "fair":
+					return c.getFairLock(key);
+				default:
+					throw new IllegalArgumentException("unknown lock kind " + kind);
+			}
+		});
 	}
 
 	private RFencedLock fenced(String actor, String key)
@@ -231,6 +256,30 @@ public final class Driver
 
 	private Object perform(String actor, String op, String[] a) throws Exception
 	{
+		/* "<kind>.<op>": the same on another kind of lock (see lock()) */
+		if (op.contains("."))
+		{
+			String kind = op.substring(0, op.indexOf('.'));
+			RLock l = lock(actor, kind, a[0]);
+
+			switch (op.substring(op.indexOf('.') + 1))
+			{
+				case "trylock":
+					if (a.length > 2)
+						return l.tryLock(Long.parseLong(a[1]), Long.parseLong(a[2]),
+										 TimeUnit.MILLISECONDS);
+					return l.tryLock(Long.parseLong(a[1]), TimeUnit.MILLISECONDS);
+				case "unlock":
+					l.unlock();
+					return "done";
+				case "islocked":
+					return l.isLocked();
+				case "forceunlock":
+					return l.forceUnlock();
+				default:
+					throw new IllegalArgumentException("unknown order " + op);
+			}
+		}
 		switch (op)
 		{
 			case "lock":
