@@ -5,7 +5,8 @@
  *
  * The data is Redisson's layout: a hash at the lock key with one field per
  * owner ("<uuid>:<n>") holding the hold count, and a PEXPIRE lease on the
- * key.  A full release deletes the key and publishes "0" on the lock's
+ * key; plus "mode" = "write", which makes Redisson's read-write locks wait
+ * for ours (acquire.lua).  A full release deletes the key and publishes "0" on the lock's
  * channel, which wakes Redisson waiters and ours alike.  The scripts are
  * the .lua files of this folder; unlike Redisson's, they take the hold
  * count to leave rather than a step (see kinds/README.md).
