@@ -197,6 +197,19 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	is($java->call('d.1', 'token', "t:$version"), $tokens[-1],
 		"$v getToken() sees the last SQL token");
 
+	#---- rlock.key_prefix: the prefixed name on the Java side ----
+
+	my $p = $node->background_psql('postgres');
+	$p->query_safe("SET rlock.key_prefix = 'billing:'; BEGIN; SELECT rlock_try('stock:$version')");
+	is($java->call('e.1', 'trylock', "billing:stock:$version", 0), 'false',
+		"$v under key_prefix 'billing:', getLock(\"billing:stock:...\") is the same lock");
+	$p->query_safe('COMMIT');
+	$java->call('e.1', 'lock', "billing:stock:$version");
+	is($p->query_safe("BEGIN; SELECT rlock_try('stock:$version'); COMMIT"), 'f',
+		"$v and the other way round");
+	$java->call('e.1', 'unlock', "billing:stock:$version");
+	$p->quit;
+
 	#---- keys with braces and characters beyond ASCII ----
 
 	for my $key ("{order}:42:$version", "stock:\x{65e5}\x{672c}:$version",
