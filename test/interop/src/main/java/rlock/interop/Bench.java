@@ -242,92 +242,75 @@ public final class Bench
 			n > 0 ? all[(int) (0.99 * (n - 1))] : 0, errors};
 	}
 
+	/* The body of a transaction */
+	private interface Work
+	{
+		void run(Connection c) throws SQLException;
+	}
+
+	/* A transaction on a pooled connection: the work, then COMMIT */
+	private static void transaction(HikariDataSource pool, Work work) throws SQLException
+	{
+		try (Connection c = pool.getConnection())
+		{
+			try
+			{
+				work.run(c);
+				c.commit();
+			}
+			catch (SQLException e)
+			{
+				c.rollback();
+				throw e;
+			}
+		}
+	}
+
 	/* The guarded transaction, as each mode runs it */
 	private void once(HikariDataSource pool, String mode, int k) throws Exception
 	{
+		RLock l = redisson.getLock("peer:" + k);
+
 		switch (mode)
 		{
 			case "rlock":
 			case "rlock-lease":
-				try (Connection c = pool.getConnection())
-				{
+				transaction(pool, c -> {
 					try (PreparedStatement lock = c.prepareStatement("SELECT rlock_lock(?)"))
 					{
 						lock.setString(1, "peer:" + k);
 						lock.executeQuery().close();
-						readWrite(c, k);
-						c.commit();
 					}
-					catch (SQLException e)
-					{
-						c.rollback();
-						throw e;
-					}
-				}
+					readWrite(c, k);
+				});
 				break;
 			case "redisson":
+				l.lock();
+				try
 				{
-					RLock l = redisson.getLock("peer:" + k);
-
+					transaction(pool, c -> readWrite(c, k));
+				}
+				finally
+				{
+					l.unlock();
+				}
+				break;
+			case "early":
+				/* the unlock runs inside the transaction, before its commit */
+				transaction(pool, c -> {
 					l.lock();
-					try (Connection c = pool.getConnection())
+					try
 					{
-						try
-						{
-							readWrite(c, k);
-							c.commit();
-						}
-						catch (SQLException e)
-						{
-							c.rollback();
-							throw e;
-						}
+						readWrite(c, k);
 					}
 					finally
 					{
 						l.unlock();
 					}
-				}
-				break;
-			case "early":
-				try (Connection c = pool.getConnection())
-				{
-					RLock l = redisson.getLock("peer:" + k);
-
-					try
-					{
-						l.lock();
-						try
-						{
-							readWrite(c, k);
-						}
-						finally
-						{
-							l.unlock();
-						}
-						c.commit();
-					}
-					catch (SQLException e)
-					{
-						c.rollback();
-						throw e;
-					}
-				}
+				});
 				break;
 			case "none":
-				try (Connection c = pool.getConnection())
-				{
-					try
-					{
-						readWrite(c, k);
-						c.commit();
-					}
-					catch (SQLException e)
-					{
-						c.rollback();
-						throw e;
-					}
-				}
+				transaction(pool, c -> readWrite(c, k));
 				break;
 			default:
 				throw new IllegalArgumentException("unknown lock mode " + mode);
