@@ -169,6 +169,10 @@ CREATE EXTENSION rlock VERSION '1.0';
 SELECT has_function_privilege('err_app', 'rlock_try(text, interval, interval)', 'EXECUTE') AS may_lock_1_0;
 ALTER EXTENSION rlock UPDATE TO '1.1';
 SELECT extversion FROM pg_extension WHERE extname = 'rlock';
+-- the library serves the 14 columns of 1.1's rlock_status() too
+SELECT array_length(proallargtypes, 1) AS status_columns_1_1
+FROM pg_proc WHERE proname = 'rlock_status';
+SELECT worker_pid IS NOT NULL AS status_1_1 FROM rlock_status();
 SELECT p.oid::regprocedure AS function,
        has_function_privilege('err_app', p.oid, 'EXECUTE') AS granted
 FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
@@ -189,6 +193,9 @@ DROP ROLE err_app;
 DROP EXTENSION rlock;
 CREATE EXTENSION rlock;
 SELECT extversion FROM pg_extension WHERE extname = 'rlock';
+-- 1.2's rlock_status() adds the topology and the sync connection
+SELECT topology, sentinel, sentinels_known, last_failover, sync_connection
+FROM rlock_status();
 SELECT count(*) AS granted_to_public FROM pg_proc p
 JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'rlock'

@@ -77,10 +77,30 @@ static const struct config_enum_entry tls_options[] = {
 	{NULL, 0, false}
 };
 
+int			rlock_topology = RLOCK_TOPOLOGY_STANDALONE;
+char	   *rlock_nodes = NULL;
+char	   *rlock_sentinel_master = NULL;
+char	   *rlock_sentinel_username = NULL;
+char	   *rlock_sentinel_password_file = NULL;
+int			rlock_sentinel_tls = RLOCK_TLS_OFF;
+int			rlock_sync_replicas = RLOCK_SYNC_AUTO;
+static char *rlock_sync_replicas_text = NULL;
+int			rlock_sync_timeout = 1000;
+
+static const struct config_enum_entry topology_options[] = {
+	{"standalone", RLOCK_TOPOLOGY_STANDALONE, false},
+	{"sentinel", RLOCK_TOPOLOGY_SENTINEL, false},
+	{NULL, 0, false}
+};
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static void rlock_define_settings(void);
+static bool rlock_check_nodes(char **newval, void **extra, GucSource source);
+static bool rlock_check_sync_replicas(char **newval, void **extra,
+									  GucSource source);
+static void rlock_assign_sync_replicas(const char *newval, void *extra);
 static void rlock_register_worker(void);
 static void rlock_request_hook(void);
 static void rlock_startup_hook(void);
@@ -276,7 +296,133 @@ rlock_define_settings(void)
 							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
 
+	DefineCustomEnumVariable("rlock.topology",
+							 "How rlock finds the Redis primary.",
+							 "\"standalone\" connects to rlock.host; \"sentinel\" asks the Redis Sentinels in rlock.nodes for the primary named rlock.sentinel_master and follows its failovers.",
+							 &rlock_topology,
+							 RLOCK_TOPOLOGY_STANDALONE, topology_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.nodes",
+							   "Redis nodes to start from: host:port entries separated by commas.",
+							   "With rlock.topology = sentinel, the Redis Sentinels.",
+							   &rlock_nodes,
+							   "",
+							   PGC_SIGHUP, 0,
+							   rlock_check_nodes, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.sentinel_master",
+							   "Name under which the Redis Sentinels monitor the primary.",
+							   NULL,
+							   &rlock_sentinel_master,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.sentinel_username",
+							   "ACL user name for the Redis Sentinels.",
+							   "Empty means the default user.",
+							   &rlock_sentinel_username,
+							   "",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.sentinel_password_file",
+							   "File holding the password of the Redis Sentinels.",
+							   "The first line of the file is the password.  Empty means no password.",
+							   &rlock_sentinel_password_file,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("rlock.sentinel_tls",
+							 "Whether to use TLS with the Redis Sentinels, and what to check.",
+							 "As rlock.tls, with the same certificate files; a Sentinel's certificate must name its host as rlock.nodes writes it.",
+							 &rlock_sentinel_tls,
+							 RLOCK_TLS_OFF, tls_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("rlock.sync_replicas",
+							   "Replicas that must confirm a lock before it counts as taken.",
+							   "\"auto\" waits for the replicas the primary reports connected and needs one of them; a number needs that many; \"off\" does not wait.",
+							   &rlock_sync_replicas_text,
+							   "auto",
+							   PGC_SIGHUP, 0,
+							   rlock_check_sync_replicas,
+							   rlock_assign_sync_replicas, NULL);
+
+	DefineCustomIntVariable("rlock.sync_timeout",
+							"Time the replicas have to confirm a lock.",
+							"An acquisition not confirmed within it is undone and fails.",
+							&rlock_sync_timeout,
+							1000, 1, RLOCK_MAX_TIMEOUT_MS,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("rlock");
+}
+
+static bool
+rlock_check_nodes(char **newval, void **extra, GucSource source)
+{
+	RlockNodeAddr nodes[RLOCK_MAX_NODES];
+	char		error[256];
+
+	if (rlock_parse_nodes(*newval, nodes, RLOCK_MAX_NODES, error,
+						  sizeof(error)) < 0)
+	{
+		GUC_check_errdetail("%s", error);
+		return false;
+	}
+	return true;
+}
+
+/* "off", "auto" or a number of replicas, into an int for the assign hook */
+static bool
+rlock_check_sync_replicas(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+	int		   *parsed;
+	int			n;
+
+	if (pg_strcasecmp(v, "off") == 0 || strcmp(v, "0") == 0)
+		n = RLOCK_SYNC_OFF;
+	else if (pg_strcasecmp(v, "auto") == 0)
+		n = RLOCK_SYNC_AUTO;
+	else
+	{
+		char	   *end;
+		long		l;
+
+		errno = 0;
+		l = strtol(v, &end, 10);
+		if (v[0] == '\0' || *end != '\0' || errno != 0 || l < 0 ||
+			l > RLOCK_SYNC_MAX)
+		{
+			GUC_check_errdetail("Use \"off\", \"auto\" or a number of replicas from 1 to %d.",
+								RLOCK_SYNC_MAX);
+			return false;
+		}
+		n = (int) l;
+	}
+	/* GUC frees extra with free() */
+	parsed = malloc(sizeof(int));
+	if (parsed == NULL)
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		return false;
+	}
+	*parsed = n;
+	*extra = parsed;
+	return true;
+}
+
+static void
+rlock_assign_sync_replicas(const char *newval, void *extra)
+{
+	rlock_sync_replicas = *(int *) extra;
 }
 
 #ifdef RLOCK_SANITIZE

@@ -90,4 +90,44 @@ extern char *rlock_tls_cert_file;
 extern char *rlock_tls_key_file;
 extern char *rlock_tls_server_name;
 
+/* rlock.topology: how rlock finds the Redis primary */
+typedef enum RlockTopology
+{
+	RLOCK_TOPOLOGY_STANDALONE,	/* rlock.host and rlock.port name it */
+	RLOCK_TOPOLOGY_SENTINEL		/* Redis Sentinels at rlock.nodes name it */
+} RlockTopology;
+extern int	rlock_topology;
+extern char *rlock_nodes;
+extern char *rlock_sentinel_master;
+extern char *rlock_sentinel_username;
+extern char *rlock_sentinel_password_file;
+extern int	rlock_sentinel_tls;
+
+/*
+ * rlock.sync_replicas: how many replicas must confirm an acquisition
+ * (WAIT) before it counts; RLOCK_SYNC_AUTO asks every replica the primary
+ * reports connected and needs one of them, as Redisson does.
+ */
+#define RLOCK_SYNC_OFF		0
+#define RLOCK_SYNC_AUTO		(-1)
+#define RLOCK_SYNC_MAX		64
+extern int	rlock_sync_replicas;
+extern int	rlock_sync_timeout;
+
+/* Most nodes rlock.nodes may list */
+#define RLOCK_MAX_NODES		16
+
+/* One entry of rlock.nodes */
+typedef struct RlockNodeAddr
+{
+	char		host[256];
+	int			port;
+} RlockNodeAddr;
+
+/* shared/nodes.c */
+extern int	rlock_parse_nodes(const char *list, RlockNodeAddr *nodes,
+							  int max, char *error, size_t errorlen);
+extern void rlock_format_address(char *buf, size_t size, const char *host,
+								 int port);
+
 #endif							/* RLOCK_H */

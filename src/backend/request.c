@@ -180,6 +180,8 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		answer_by = TimestampTzPlusMilliseconds(Max(start, wait_until),
 												(int64) rlock_connect_timeout +
 												rlock_command_timeout +
+												(rlock_sync_replicas != RLOCK_SYNC_OFF ?
+												 rlock_sync_timeout : 0) +
 												RLOCK_WORKER_GRACE_MS);
 	/* only an acquire that may wait can be found busy */
 	may_show_waiting = update_process_title &&
@@ -382,6 +384,7 @@ rlock_redis_error_hint(const char *error)
 		{"BUSY", "Redis is running a long script: it answers again once the script ends or is killed."},
 		{"LOADING", "Redis is loading its data set: try again shortly."},
 		{"MASTERDOWN", "The Redis replica lost its primary: point rlock.host at the primary."},
+		{"NOREPLICAS", "The Redis primary has fewer healthy replicas than its min-replicas-to-write asks, and takes no writes: check its replicas (INFO replication)."},
 	};
 	int			i;
 
@@ -421,14 +424,25 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 					 errhint("Check that Redis is up and reachable with the rlock.* connection settings; rlock_status() shows the connections and the last error.")));
 			break;
 		case RLOCK_STATUS_REDIS_ERROR:
+			/* a primary without its replicas is an outage, not a bug */
 			ereport(ERROR,
-					(errcode(ERRCODE_SYSTEM_ERROR),
+					(errcode(strncmp(last_detail, "NOREPLICAS", 10) == 0 ?
+							 ERRCODE_CONNECTION_EXCEPTION :
+							 ERRCODE_SYSTEM_ERROR),
 					 keylen > 0 ?
 					 errmsg("Redis returned an error for lock \"%.*s\"",
 							keylen, key) :
 					 errmsg("Redis returned an error"),
 					 errdetail_internal("%s", last_detail),
 					 errhint("%s", rlock_redis_error_hint(last_detail))));
+			break;
+		case RLOCK_STATUS_NOT_SYNCED:
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_EXCEPTION),
+					 errmsg("Redis replicas did not confirm lock \"%.*s\" in time",
+							keylen, key),
+					 errdetail_internal("%s", last_detail),
+					 errhint("Check the replicas' links and lag (INFO replication on the primary); a superuser may raise rlock.sync_timeout or lower rlock.sync_replicas.")));
 			break;
 		case RLOCK_STATUS_SHUTDOWN:
 			ereport(ERROR,

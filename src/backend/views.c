@@ -462,8 +462,8 @@ rlock_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
 	RlockWorkerStatus st;
-	Datum		values[14];
-	bool		nulls[14];
+	Datum		values[22];
+	bool		nulls[22];
 	pid_t		pid;
 	int			in_use = 0;
 	int			waiting = 0;
@@ -521,6 +521,30 @@ rlock_status(PG_FUNCTION_ARGS)
 	nulls[12] = (st.last_error[0] == '\0');
 	values[13] = TimestampTzGetDatum(st.last_error_at);
 	nulls[13] = (st.last_error_at == 0);
+
+	/* the columns of 1.2: a 1.1 definition has only the first 14 */
+	if (tupdesc->natts >= 22)
+	{
+		bool		sentinel = (st.topology == RLOCK_TOPOLOGY_SENTINEL);
+
+		values[14] = CStringGetTextDatum(sentinel ? "sentinel" : "standalone");
+		nulls[14] = (pid == 0);
+		values[15] = CStringGetTextDatum(st.sentinel);
+		nulls[15] = (pid == 0 || st.sentinel[0] == '\0');
+		values[16] = Int32GetDatum(st.sentinels_known);
+		values[17] = Int32GetDatum(st.sentinels_reachable);
+		nulls[16] = nulls[17] = (pid == 0 || !sentinel);
+		values[18] = CStringGetTextDatum(st.last_switch);
+		nulls[18] = (st.last_switch[0] == '\0');
+		values[19] = TimestampTzGetDatum(st.last_switch_at);
+		nulls[19] = (st.last_switch_at == 0);
+		values[20] = CStringGetTextDatum(st.sync_state >= 0 ?
+										 views_conn_state(st.sync_state) :
+										 "unused");
+		nulls[20] = (pid == 0);
+		values[21] = Int32GetDatum(st.replicas);
+		nulls[21] = (pid == 0 || st.replicas < 0);
+	}
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

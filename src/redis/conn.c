@@ -71,15 +71,23 @@
 #define RLOCK_READ_CHUNK		(64 * 1024)
 #define RLOCK_READS_PER_WAKE	16
 
+/* The sync connection asks ROLE for the replicas this often */
+#define RLOCK_ROLE_INTERVAL_MS	1000
+
 /* The output buffer is compacted once this much of it was written */
 #define RLOCK_OUT_COMPACT		(64 * 1024)
 
 MemoryContext rlock_redis_context = NULL;
 
 static const RlockConnEvents *events;
-static RlockServer *server = NULL;
-static RlockConn *conns[2];		/* command, subscriber */
+static RlockServer *server = NULL;	/* the data node: the primary */
+static RlockConn *conns[RLOCK_NUSES];	/* by RlockConnUse */
 #define NCONNS	lengthof(conns)
+
+/* Role names for messages, by RlockConnUse */
+static const char *const conn_roles[RLOCK_NUSES] = {
+	"command", "subscriber", "sync", "Sentinel", "Sentinel watch"
+};
 
 static WaitEventSet *wait_set = NULL;
 static bool wait_set_stale = true;
@@ -104,6 +112,7 @@ static char last_error[RLOCK_DETAIL_LEN];
 static TimestampTz last_error_at = 0;
 
 static void conn_close(RlockConn *conn, const char *reason, bool first_cause);
+static bool conn_wanted(RlockConn *conn, const char **why);
 
 /*---- status ----*/
 
@@ -150,11 +159,16 @@ void
 rlock_redis_status_publish(int channels)
 {
 	RlockWorkerStatus *st = &rlock_shared->status;
-	RlockConn  *cmd = conns[0];
-	RlockConn  *sub = conns[1];
+	RlockConn  *cmd = conns[RLOCK_USE_COMMAND];
+	RlockConn  *sub = conns[RLOCK_USE_SUBSCRIBER];
+	RlockConn  *sync = conns[RLOCK_USE_SYNC];
+	const char *why;
+	int			sync_state = conn_wanted(sync, &why) ||
+		sync->state != RLOCK_CONN_DOWN ? (int) sync->state : -1;
 
 	if (!status_dirty && st->cmd_state == (int) cmd->state &&
-		st->sub_state == (int) sub->state && st->channels == channels)
+		st->sub_state == (int) sub->state && st->channels == channels &&
+		st->sync_state == sync_state)
 		return;
 	status_dirty = false;
 
@@ -169,23 +183,36 @@ rlock_redis_status_publish(int channels)
 	strlcpy(st->last_error, last_error, sizeof(st->last_error));
 	st->last_error_at = last_error_at;
 	st->channels = channels;
+	st->topology = rlock_topology;
+	st->sync_state = sync_state;
+	st->replicas = sync->state == RLOCK_CONN_READY && sync->replicas >= 0 ?
+		sync->replicas : cmd->replicas;
+	rlock_sentinel_status(st);
 	rlock_status_end_write();
 }
 
 /*---- settings and setup ----*/
 
-static char *
-conn_strdup(const char *s)
+char *
+rlock_redis_strdup(const char *s)
 {
 	return MemoryContextStrdup(rlock_redis_context, s ? s : "");
 }
+#define conn_strdup rlock_redis_strdup
 
+/*
+ * The data node from the settings.  With Sentinel, its address comes
+ * from the Sentinels later (rlock_redis_master_moved); the rest (user,
+ * password, database, TLS) from rlock.* as for a standalone server.
+ */
 static void
 server_configure(RlockServer *srv)
 {
-	srv->host = conn_strdup(rlock_host);
-	srv->port = rlock_port;
-	srv->unix_socket = conn_strdup(rlock_unix_socket);
+	bool		sentinel = (rlock_topology == RLOCK_TOPOLOGY_SENTINEL);
+
+	srv->host = conn_strdup(sentinel ? "" : rlock_host);
+	srv->port = sentinel ? 0 : rlock_port;
+	srv->unix_socket = conn_strdup(sentinel ? "" : rlock_unix_socket);
 	srv->database = rlock_database;
 	srv->username = conn_strdup(rlock_username);
 	srv->password_file = conn_strdup(rlock_password_file);
@@ -197,12 +224,12 @@ server_configure(RlockServer *srv)
 	if (srv->unix_socket[0] != '\0')
 		snprintf(srv->address, sizeof(srv->address), "unix:%s",
 				 srv->unix_socket);
-	else if (strchr(srv->host, ':') != NULL)
-		snprintf(srv->address, sizeof(srv->address), "[%s]:%d",
-				 srv->host, srv->port);
+	else if (sentinel)
+		snprintf(srv->address, sizeof(srv->address),
+				 "(the primary \"%s\", not named yet)", rlock_sentinel_master);
 	else
-		snprintf(srv->address, sizeof(srv->address), "%s:%d",
-				 srv->host, srv->port);
+		rlock_format_address(srv->address, sizeof(srv->address),
+							 srv->host, srv->port);
 	srv->resolved[0] = '\0';
 	srv->resolve_error[0] = '\0';
 	srv->resolve_stale = srv->resolving;
@@ -212,10 +239,14 @@ server_configure(RlockServer *srv)
 static bool
 server_settings_changed(RlockServer *srv)
 {
-	return strcmp(srv->host, rlock_host) != 0 ||
-		srv->port != rlock_port ||
-		strcmp(srv->unix_socket, rlock_unix_socket) != 0 ||
-		srv->database != rlock_database ||
+	if (rlock_sentinel_settings_changed())
+		return true;
+	if (rlock_topology == RLOCK_TOPOLOGY_STANDALONE &&
+		(strcmp(srv->host, rlock_host) != 0 ||
+		 srv->port != rlock_port ||
+		 strcmp(srv->unix_socket, rlock_unix_socket) != 0))
+		return true;
+	return srv->database != rlock_database ||
 		strcmp(srv->username, rlock_username) != 0 ||
 		strcmp(srv->password_file, rlock_password_file) != 0 ||
 		srv->tls != rlock_tls ||
@@ -252,22 +283,19 @@ conn_start_over(RlockConn *conn)
 }
 
 static RlockConn *
-conn_create(RlockServer *srv, const char *role, bool subscriber)
+conn_create(RlockServer *srv, RlockConnUse use)
 {
 	RlockConn  *conn = MemoryContextAllocZero(rlock_redis_context,
 											  sizeof(RlockConn));
 
-	conn->role = role;
-	conn->subscriber = subscriber;
+	conn->role = conn_roles[use];
+	conn->use = use;
+	conn->subscriber = (use == RLOCK_USE_SUBSCRIBER || use == RLOCK_USE_WATCH);
 	conn->server = srv;
-	if (subscriber)
-		conn->cxt = AllocSetContextCreate(rlock_redis_context,
-										  "rlock subscriber connection",
-										  ALLOCSET_DEFAULT_SIZES);
-	else
-		conn->cxt = AllocSetContextCreate(rlock_redis_context,
-										  "rlock command connection",
-										  ALLOCSET_DEFAULT_SIZES);
+	conn->replicas = -1;
+	conn->cxt = AllocSetContextCreate(rlock_redis_context,
+									  "rlock connection",
+									  ALLOCSET_DEFAULT_SIZES);
 	conn->state = RLOCK_CONN_DOWN;
 	conn->sock = PGINVALID_SOCKET;
 	conn->since = GetCurrentTimestamp();
@@ -285,6 +313,8 @@ conn_create(RlockServer *srv, const char *role, bool subscriber)
 void
 rlock_redis_start(const RlockConnEvents *ev)
 {
+	int			i;
+
 	events = ev;
 	rlock_redis_context = AllocSetContextCreate(TopMemoryContext,
 												"rlock redis",
@@ -292,20 +322,115 @@ rlock_redis_start(const RlockConnEvents *ev)
 	read_buf = MemoryContextAlloc(rlock_redis_context, RLOCK_READ_CHUNK);
 	server = MemoryContextAllocZero(rlock_redis_context, sizeof(RlockServer));
 	server_configure(server);
-	conns[0] = conn_create(server, "command", false);
-	conns[1] = conn_create(server, "subscriber", true);
+	rlock_sentinel_configure();
+	for (i = 0; i < NCONNS; i++)
+		conns[i] = conn_create(i == RLOCK_USE_SENTINEL || i == RLOCK_USE_WATCH ?
+							   rlock_sentinel_server() : server, i);
 }
 
 RlockConn *
 rlock_redis_command_conn(void)
 {
-	return conns[0];
+	return conns[RLOCK_USE_COMMAND];
 }
 
 RlockConn *
 rlock_redis_subscriber_conn(void)
 {
-	return conns[1];
+	return conns[RLOCK_USE_SUBSCRIBER];
+}
+
+RlockConn *
+rlock_redis_sync_conn(void)
+{
+	return conns[RLOCK_USE_SYNC];
+}
+
+RlockConn *
+rlock_redis_conn(RlockConnUse use)
+{
+	return conns[use];
+}
+
+RlockServer *
+rlock_redis_data_server(void)
+{
+	return server;
+}
+
+/*
+ * How many replicas must confirm an acquisition now, and (*ask) how many
+ * WAIT asks for; 0 when acquisitions are not synced.  With "auto" that is
+ * every replica the primary listed in its latest ROLE, needing one.
+ */
+int
+rlock_redis_sync_need(int *ask)
+{
+	RlockConn  *sync = conns[RLOCK_USE_SYNC];
+	RlockConn  *cmd = conns[RLOCK_USE_COMMAND];
+	int			replicas;
+
+	*ask = 0;
+	if (rlock_sync_replicas == RLOCK_SYNC_OFF)
+		return 0;
+	if (rlock_sync_replicas > 0)
+	{
+		*ask = rlock_sync_replicas;
+		return rlock_sync_replicas;
+	}
+	replicas = (sync->state == RLOCK_CONN_READY && sync->replicas >= 0) ?
+		sync->replicas : cmd->replicas;
+	if (replicas <= 0)
+		return 0;
+	*ask = replicas;
+	return 1;
+}
+
+/*
+ * WAIT said how many replicas confirmed: more than ROLE listed means
+ * replicas came since; take the count at once (fewer is left to the next
+ * ROLE: a replica may just be slow).
+ */
+void
+rlock_redis_sync_acks(int acks)
+{
+	RlockConn  *sync = conns[RLOCK_USE_SYNC];
+
+	if (acks > sync->replicas && sync->state == RLOCK_CONN_READY)
+	{
+		sync->replicas = acks;
+		status_dirty = true;
+	}
+}
+
+/*
+ * The Sentinels name another primary (or the first one): point the data
+ * connections at it.  Those up now are dropped at the next tick and made
+ * again to the new address at once.
+ */
+void
+rlock_redis_master_moved(const char *host, int port)
+{
+	int			i;
+
+	pfree(server->host);
+	server->host = conn_strdup(host);
+	server->port = port;
+	server->resolved[0] = '\0';
+	rlock_format_address(server->address, sizeof(server->address), host,
+						 port);
+	for (i = RLOCK_USE_COMMAND; i <= RLOCK_USE_SYNC; i++)
+	{
+		RlockConn  *conn = conns[i];
+
+		if (conn->state != RLOCK_CONN_DOWN && !conn->failed)
+		{
+			conn->quiet_drop = true;	/* sentinel.c logged the move */
+			rlock_conn_give_up(conn, "the Sentinels named another primary");
+		}
+		conn_start_over(conn);
+	}
+	status_dirty = true;
 }
 
 const char *
@@ -325,6 +450,9 @@ rlock_redis_reload(void)
 {
 	int			i;
 
+	/* not a connection setting: only whether the sync connection is used */
+	status_dirty = true;
+
 	rlock_tls_reset();
 	if (!server_settings_changed(server))
 		return;
@@ -338,6 +466,9 @@ rlock_redis_reload(void)
 	}
 	server_forget_settings(server);
 	server_configure(server);
+	rlock_sentinel_configure();
+	conns[RLOCK_USE_SENTINEL]->server = rlock_sentinel_server();
+	conns[RLOCK_USE_WATCH]->server = rlock_sentinel_server();
 	status_dirty = true;
 	for (i = 0; i < NCONNS; i++)
 		conn_start_over(conns[i]);
@@ -550,7 +681,17 @@ conn_closed(RlockConn *conn)
 		conn->outage_logged = true;
 	else
 		conn_log_failure(conn, was_ready);
-	events->lost(conn);
+	conn->replicas = -1;
+	conn->role_inflight = false;
+	if (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH)
+		rlock_sentinel_conn_lost(conn);
+	else
+	{
+		/* the primary may have moved: ask the Sentinels at once */
+		if (rlock_sentinel_active())
+			rlock_sentinel_recheck();
+		events->lost(conn);
+	}
 }
 
 /*
@@ -669,7 +810,7 @@ rlock_conn_unanswered(RlockConn *conn)
 void
 rlock_conn_became_ready(RlockConn *conn)
 {
-	if (!conn->subscriber)
+	if (conn->use == RLOCK_USE_COMMAND || conn->use == RLOCK_USE_SYNC)
 		rlock_handshake_publish_id(conn);
 	conn->state = RLOCK_CONN_READY;
 	conn->ready_at = conn->since = GetCurrentTimestamp();
@@ -685,7 +826,10 @@ rlock_conn_became_ready(RlockConn *conn)
 						conn->role, conn->server->address)));
 		conn->ready_logged = true;
 	}
-	events->ready(conn);
+	if (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH)
+		rlock_sentinel_conn_ready(conn);
+	else
+		events->ready(conn);
 }
 
 /*---- sending ----*/
@@ -802,10 +946,16 @@ conn_dispatch_push(RlockConn *conn, RlockReply *reply)
 		case RLOCK_FRAME_REPLY:
 			return false;
 		case RLOCK_FRAME_MESSAGE:
-			events->message(conn, reply->element[1]->str,
-							reply->element[1]->len,
-							reply->element[2]->str,
-							reply->element[2]->len);
+			if (conn->use == RLOCK_USE_WATCH)
+				rlock_sentinel_message(conn, reply->element[1]->str,
+									   reply->element[1]->len,
+									   reply->element[2]->str,
+									   reply->element[2]->len);
+			else
+				events->message(conn, reply->element[1]->str,
+								reply->element[1]->len,
+								reply->element[2]->str,
+								reply->element[2]->len);
 			return true;
 		case RLOCK_FRAME_MALFORMED:
 			rlock_reply_describe(reply, what, sizeof(what));
@@ -848,7 +998,7 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 		return;
 	}
 	dlist_delete(&cmd->node);
-	if (!conn->subscriber)
+	if (conn->use == RLOCK_USE_COMMAND)
 		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
 							(uint64) GetCurrentTimestamp());
 	readonly = (reply->type == RLOCK_REPLY_ERROR &&
@@ -978,6 +1128,48 @@ conn_io(RlockConn *conn)
 /*---- the loop's side: ticks, flushes, waits ----*/
 
 /*
+ * Should the connection be up?  If not, *why says why (for requests and
+ * rlock_status()), or is NULL when it is simply not used.
+ */
+static bool
+conn_wanted(RlockConn *conn, const char **why)
+{
+	*why = NULL;
+	switch (conn->use)
+	{
+		case RLOCK_USE_SYNC:
+
+			/*
+			 * Needed when replicas must confirm: always with a number or
+			 * behind Sentinels; with "auto" on a standalone server, once
+			 * the primary listed replicas to the command connection.
+			 */
+			if (rlock_sync_replicas == RLOCK_SYNC_OFF)
+				return false;
+			if (rlock_sync_replicas == RLOCK_SYNC_AUTO &&
+				rlock_topology == RLOCK_TOPOLOGY_STANDALONE &&
+				conns[RLOCK_USE_COMMAND]->replicas <= 0 &&
+				conn->state == RLOCK_CONN_DOWN)
+				return false;
+			/* FALLTHROUGH */
+		case RLOCK_USE_COMMAND:
+		case RLOCK_USE_SUBSCRIBER:
+			if (rlock_topology == RLOCK_TOPOLOGY_STANDALONE)
+				return true;
+			if (rlock_sentinel_master_known())
+				return true;
+			*why = rlock_sentinel_error();
+			return false;
+		case RLOCK_USE_SENTINEL:
+		case RLOCK_USE_WATCH:
+			return rlock_sentinel_active();
+		case RLOCK_NUSES:
+			break;
+	}
+	return false;
+}
+
+/*
  * With keepalive on, the command connection is never idle for longer than
  * this: a PING goes out, and a server that stopped answering is found by
  * the command deadline even when nothing else is sent (waiters sleeping
@@ -999,6 +1191,18 @@ void
 rlock_redis_keepalive(bool on)
 {
 	keepalive = on;
+}
+
+/*
+ * How long the oldest command may wait for its answer: on the sync
+ * connection, WAIT may take rlock.sync_timeout on top.
+ */
+static int
+conn_command_timeout(RlockConn *conn)
+{
+	if (conn->use == RLOCK_USE_SYNC)
+		return rlock_command_timeout + rlock_sync_timeout;
+	return rlock_command_timeout;
 }
 
 static const char *
@@ -1034,6 +1238,16 @@ conn_tick(RlockConn *conn, TimestampTz now)
 	switch (conn->state)
 	{
 		case RLOCK_CONN_DOWN:
+			{
+				const char *why;
+
+				if (!conn_wanted(conn, &why))
+				{
+					if (why != NULL && strcmp(conn->error, why) != 0)
+						strlcpy(conn->error, why, sizeof(conn->error));
+					break;
+				}
+			}
 			if (now >= conn->retry_at)
 				conn_start(conn, now);
 			break;
@@ -1070,13 +1284,13 @@ conn_tick(RlockConn *conn, TimestampTz now)
 														&conn->inflight);
 
 				if (now >= TimestampTzPlusMilliseconds(oldest->sent_at,
-													   rlock_command_timeout))
+													   conn_command_timeout(conn)))
 				{
 					char		msg[128];
 
 					snprintf(msg, sizeof(msg),
 							 "no answer within rlock.command_timeout (%d ms)",
-							 rlock_command_timeout);
+							 conn_command_timeout(conn));
 					conn_close(conn, msg, true);
 
 					/*
@@ -1084,15 +1298,19 @@ conn_tick(RlockConn *conn, TimestampTz now)
 					 * trusted with unlock messages either: subscribe anew
 					 * once it answers again.
 					 */
-					if (!conn->subscriber)
-						conn_close(conns[1],
+					if (conn->use == RLOCK_USE_COMMAND)
+						conn_close(conns[RLOCK_USE_SUBSCRIBER],
 								   "the command connection stopped getting answers",
 								   false);
 				}
 			}
-			else if (keepalive && !conn->subscriber &&
+			else if (keepalive && conn->use == RLOCK_USE_COMMAND &&
 					 now >= conn_keepalive_at(conn))
 				rlock_handshake_ping(conn);
+			if (conn->use == RLOCK_USE_SYNC && !conn->role_inflight &&
+				now >= TimestampTzPlusMilliseconds(conn->role_at,
+												   RLOCK_ROLE_INTERVAL_MS))
+				rlock_handshake_role(conn);
 			break;
 	}
 }
@@ -1104,17 +1322,20 @@ rlock_redis_tick(TimestampTz now)
 
 	for (i = 0; i < NCONNS; i++)
 		conn_tick(conns[i], now);
+	rlock_sentinel_tick(now);
 }
 
 static TimestampTz
 conn_next_tick(RlockConn *conn)
 {
+	const char *why;
+
 	if (conn->failed || conn->read_more)
 		return 0;
 	switch (conn->state)
 	{
 		case RLOCK_CONN_DOWN:
-			return conn->retry_at;
+			return conn_wanted(conn, &why) ? conn->retry_at : DT_NOEND;
 		case RLOCK_CONN_RESOLVING:
 		case RLOCK_CONN_CONNECTING:
 		case RLOCK_CONN_SECURING:
@@ -1127,10 +1348,13 @@ conn_next_tick(RlockConn *conn)
 														&conn->inflight);
 
 				return TimestampTzPlusMilliseconds(oldest->sent_at,
-												   rlock_command_timeout);
+												   conn_command_timeout(conn));
 			}
-			if (keepalive && !conn->subscriber)
+			if (keepalive && conn->use == RLOCK_USE_COMMAND)
 				return conn_keepalive_at(conn);
+			if (conn->use == RLOCK_USE_SYNC && !conn->role_inflight)
+				return TimestampTzPlusMilliseconds(conn->role_at,
+												   RLOCK_ROLE_INTERVAL_MS);
 			break;
 	}
 	return DT_NOEND;
@@ -1147,7 +1371,7 @@ rlock_redis_next_tick(void)
 
 	for (i = 0; i < NCONNS; i++)
 		next = Min(next, conn_next_tick(conns[i]));
-	return next;
+	return Min(next, rlock_sentinel_next());
 }
 
 /*

@@ -63,6 +63,12 @@ typedef struct HandshakeCmd
 	bool		counted;		/* READY waits for its reply */
 } HandshakeCmd;
 
+/* CLIENT SETNAME of each kind of connection, by RlockConnUse */
+static const char *const handshake_client_names[RLOCK_NUSES] = {
+	"rlock_command", "rlock_subscriber", "rlock_sync", "rlock_sentinel",
+	"rlock_sentinel_watch"
+};
+
 static MemoryContext handshake_cxt = NULL;
 static RlockArgs *handshake_args = NULL;
 
@@ -223,7 +229,8 @@ rlock_handshake_begin(RlockConn *conn)
 		explicit_bzero(args->buf.data, args->buf.len);
 	}
 
-	if (!conn->subscriber && srv->database != 0)
+	if ((conn->use == RLOCK_USE_COMMAND || conn->use == RLOCK_USE_SYNC) &&
+		srv->database != 0)
 	{
 		args = handshake_args_reset();
 		rlock_args_cstr(args, "SELECT");
@@ -234,24 +241,31 @@ rlock_handshake_begin(RlockConn *conn)
 	args = handshake_args_reset();
 	rlock_args_cstr(args, "CLIENT");
 	rlock_args_cstr(args, "SETNAME");
-	rlock_args_cstr(args, conn->subscriber ? "rlock_subscriber" :
-					"rlock_command");
+	rlock_args_cstr(args, handshake_client_names[conn->use]);
 	handshake_send(conn, STEP_SETNAME, RLOCK_SHAPE_OK, 0);
 
-	if (!conn->subscriber)
+	/* a Sentinel must answer (a wrong password fails here) */
+	if (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH)
+	{
+		args = handshake_args_reset();
+		rlock_args_cstr(args, "PING");
+		handshake_send(conn, STEP_PING, RLOCK_SHAPE_PONG, 0);
+	}
+
+	if (conn->use == RLOCK_USE_COMMAND || conn->use == RLOCK_USE_SYNC)
 	{
 		conn->run_id[0] = '\0';
 		conn->client_id = 0;
-		rlock_redis_status_server("", NULL);
+		if (conn->use == RLOCK_USE_COMMAND)
+			rlock_redis_status_server("", NULL);
 		args = handshake_args_reset();
 		rlock_args_cstr(args, "INFO");
 		rlock_args_cstr(args, "server");
 		handshake_send(conn, STEP_INFO, RLOCK_SHAPE_STRING, 0);
 		/* a replica would refuse every lock: the role decides first */
-		rlock_redis_status_server(NULL, "");
-		args = handshake_args_reset();
-		rlock_args_cstr(args, "ROLE");
-		handshake_send(conn, STEP_ROLE, RLOCK_SHAPE_ARRAY, 0);
+		if (conn->use == RLOCK_USE_COMMAND)
+			rlock_redis_status_server(NULL, "");
+		rlock_handshake_role(conn);
 		args = handshake_args_reset();
 		rlock_args_cstr(args, "CLIENT");
 		rlock_args_cstr(args, "ID");
@@ -272,16 +286,25 @@ handshake_refuse_server(RlockConn *conn, const char *mode, const char *role)
 {
 	const char *why = NULL;
 
+	bool		sentinel = rlock_sentinel_active();
+
 	if (mode != NULL && strcmp(mode, "cluster") == 0)
 		why = "the server runs in cluster mode, which rlock does not support yet: point rlock.host at a standalone Redis";
 	else if (mode != NULL && strcmp(mode, "sentinel") == 0)
-		why = "the server is a Redis Sentinel, not a Redis server: point rlock.host at the primary it monitors";
+		why = sentinel ?
+			"the Sentinels named a Redis Sentinel as the primary" :
+			"the server is a Redis Sentinel, not a Redis server: point rlock.host at the primary it monitors, or set rlock.topology to sentinel";
 	else if (role != NULL && strcmp(role, "slave") == 0)
-		why = "the server is a read-only replica: point rlock.host at the primary";
+		why = sentinel ?
+			"the server the Sentinels named is a replica now, not the primary (a failover is under way)" :
+			"the server is a read-only replica: point rlock.host at the primary";
 	if (why != NULL)
 	{
 		rlock_redis_status_error(why);
 		rlock_conn_give_up(conn, why);
+		/* a demoted primary is left at once; the Sentinels know better */
+		if (sentinel)
+			rlock_sentinel_recheck();
 	}
 }
 
@@ -289,6 +312,17 @@ handshake_refuse_server(RlockConn *conn, const char *mode, const char *role)
  * Check an idle command connection: a server that stopped answering is
  * then found by the command deadline.
  */
+void
+rlock_handshake_role(RlockConn *conn)
+{
+	RlockArgs  *args = handshake_args_reset();
+
+	rlock_args_cstr(args, "ROLE");
+	conn->role_at = GetCurrentTimestamp();
+	conn->role_inflight = true;
+	handshake_send(conn, STEP_ROLE, RLOCK_SHAPE_ARRAY, 0);
+}
+
 void
 rlock_handshake_ping(RlockConn *conn)
 {
@@ -349,9 +383,12 @@ handshake_fence(RlockConn *conn)
 	bool		same_server;
 
 	SpinLockAcquire(&rlock_shared->mutex);
-	previous = rlock_shared->cmd_client_id;
+	previous = (conn->use == RLOCK_USE_SYNC) ?
+		rlock_shared->sync_client_id : rlock_shared->cmd_client_id;
 	same_server = (conn->run_id[0] != '\0' &&
-				   strcmp(rlock_shared->cmd_run_id, conn->run_id) == 0);
+				   strcmp(conn->use == RLOCK_USE_SYNC ?
+						  rlock_shared->sync_run_id :
+						  rlock_shared->cmd_run_id, conn->run_id) == 0);
 	SpinLockRelease(&rlock_shared->mutex);
 
 	if (previous <= 0 || !same_server)
@@ -373,12 +410,22 @@ handshake_fence(RlockConn *conn)
 void
 rlock_handshake_publish_id(RlockConn *conn)
 {
-	SpinLockAcquire(&rlock_shared->mutex);
 	/* without the server's name the id cannot be used safely */
-	rlock_shared->cmd_client_id = (conn->run_id[0] != '\0') ?
-		conn->client_id : 0;
-	strlcpy(rlock_shared->cmd_run_id, conn->run_id,
-			sizeof(rlock_shared->cmd_run_id));
+	int64		id = (conn->run_id[0] != '\0') ? conn->client_id : 0;
+
+	SpinLockAcquire(&rlock_shared->mutex);
+	if (conn->use == RLOCK_USE_SYNC)
+	{
+		rlock_shared->sync_client_id = id;
+		strlcpy(rlock_shared->sync_run_id, conn->run_id,
+				sizeof(rlock_shared->sync_run_id));
+	}
+	else
+	{
+		rlock_shared->cmd_client_id = id;
+		strlcpy(rlock_shared->cmd_run_id, conn->run_id,
+				sizeof(rlock_shared->cmd_run_id));
+	}
 	SpinLockRelease(&rlock_shared->mutex);
 }
 
@@ -401,6 +448,33 @@ handshake_warn_fence(RlockConn *conn, const RlockReply *reply)
 }
 
 /*
+ * ROLE: a replica is refused; a primary lists its connected replicas
+ * (["master", offset, [[ip, port, offset], ...]]), which "auto" syncing
+ * waits for.
+ */
+static void
+handshake_role_reply(RlockConn *conn, const RlockReply *reply)
+{
+	const char *role;
+
+	if (reply->elements == 0 ||
+		reply->element[0]->type != RLOCK_REPLY_STRING)
+		return;
+	role = reply->element[0]->str;
+	if (conn->use == RLOCK_USE_COMMAND)
+		rlock_redis_status_server(NULL, role);
+	if (strcmp(role, "master") == 0 && reply->elements >= 3 &&
+		reply->element[2]->type == RLOCK_REPLY_ARRAY)
+	{
+		if (conn->replicas != reply->element[2]->elements)
+			rlock_redis_status_touch();
+		conn->replicas = reply->element[2]->elements;
+	}
+	else
+		handshake_refuse_server(conn, NULL, role);
+}
+
+/*
  * The reply to a step whose failure does not fail the connection.
  */
 static void
@@ -410,6 +484,8 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 	char		version[32];
 	char		mode[16];
 
+	if (hc->step == STEP_ROLE)
+		conn->role_inflight = false;
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
 		if (hc->step == STEP_CLIENT_ID)
@@ -422,7 +498,8 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 	switch (hc->step)
 	{
 		case STEP_INFO:
-			if (handshake_info_field(reply->str, "redis_version",
+			if (conn->use == RLOCK_USE_COMMAND &&
+				handshake_info_field(reply->str, "redis_version",
 									 version, sizeof(version)))
 				rlock_redis_status_server(version, NULL);
 			if (handshake_info_field(reply->str, "redis_mode",
@@ -437,12 +514,7 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 			conn->client_id = reply->integer;
 			break;
 		case STEP_ROLE:
-			if (reply->elements > 0 &&
-				reply->element[0]->type == RLOCK_REPLY_STRING)
-			{
-				rlock_redis_status_server(NULL, reply->element[0]->str);
-				handshake_refuse_server(conn, NULL, reply->element[0]->str);
-			}
+			handshake_role_reply(conn, reply);
 			break;
 		default:
 			break;

@@ -72,6 +72,7 @@ typedef enum RlockShape
 	RLOCK_SHAPE_INTEGERS,		/* an array of exactly n integers */
 	RLOCK_SHAPE_STRING,			/* a bulk string */
 	RLOCK_SHAPE_ARRAY,			/* an array of anything */
+	RLOCK_SHAPE_ARRAY_OR_NIL,
 	RLOCK_SHAPE_SUBSCRIBE,		/* ["subscribe", channel, count] */
 	RLOCK_SHAPE_UNSUBSCRIBE		/* ["unsubscribe", channel, count] */
 } RlockShape;
@@ -167,6 +168,9 @@ extern void rlock_redis_start(const RlockConnEvents *events);
 extern void rlock_redis_reload(void);
 extern RlockConn *rlock_redis_command_conn(void);
 extern RlockConn *rlock_redis_subscriber_conn(void);
+extern RlockConn *rlock_redis_sync_conn(void);
+extern int	rlock_redis_sync_need(int *ask);
+extern void rlock_redis_sync_acks(int acks);
 extern const char *rlock_redis_address(void);
 extern void rlock_redis_tick(TimestampTz now);
 extern TimestampTz rlock_redis_next_tick(void);

@@ -156,10 +156,22 @@ typedef enum RlockViolation
 	RLOCK_NVIOLATIONS
 } RlockViolation;
 
+/* What a connection is for */
+typedef enum RlockConnUse
+{
+	RLOCK_USE_COMMAND,			/* the worker's scripts and queries */
+	RLOCK_USE_SUBSCRIBER,		/* the waiters' unlock channels */
+	RLOCK_USE_SYNC,				/* acquisitions followed by WAIT */
+	RLOCK_USE_SENTINEL,			/* questions to a Sentinel */
+	RLOCK_USE_WATCH,			/* a Sentinel's +switch-master messages */
+	RLOCK_NUSES
+} RlockConnUse;
+
 struct RlockConn
 {
-	const char *role;			/* "command" or "subscriber", for messages */
-	bool		subscriber;
+	const char *role;			/* "command", "subscriber" ..., for messages */
+	RlockConnUse use;
+	bool		subscriber;		/* SUBSCRIBER or WATCH: pushes come */
 	RlockServer *server;
 	MemoryContext cxt;			/* buffers and replies of this connection */
 	RlockConnState state;
@@ -187,6 +199,9 @@ struct RlockConn
 												 * known */
 	int64		client_id;		/* CLIENT ID of this connection, 0 if not
 								 * known */
+	int			replicas;		/* replicas ROLE listed, -1 if not known */
+	TimestampTz role_at;		/* when ROLE was last sent */
+	bool		role_inflight;
 
 	/* life cycle */
 	bool		failed;			/* unusable: dropped at the next tick */
@@ -227,6 +242,32 @@ extern void rlock_socket_close(RlockConn *conn);
 extern void rlock_resolve_start(RlockServer *srv);
 extern void rlock_resolve_check(RlockServer *srv);
 extern bool rlock_is_numeric_host(const char *host);
+
+/* sentinel.c */
+extern void rlock_sentinel_configure(void);
+extern bool rlock_sentinel_settings_changed(void);
+extern bool rlock_sentinel_active(void);
+extern RlockServer *rlock_sentinel_server(void);
+extern bool rlock_sentinel_master_known(void);
+extern const char *rlock_sentinel_error(void);
+extern void rlock_sentinel_conn_ready(RlockConn *conn);
+extern void rlock_sentinel_conn_lost(RlockConn *conn);
+extern void rlock_sentinel_message(RlockConn *conn, const char *channel,
+								   int channellen, const char *payload,
+								   int payloadlen);
+extern void rlock_sentinel_recheck(void);
+extern void rlock_sentinel_tick(TimestampTz now);
+extern TimestampTz rlock_sentinel_next(void);
+extern void rlock_sentinel_status(RlockWorkerStatus *st);
+
+/* conn.c, for sentinel.c */
+extern RlockConn *rlock_redis_conn(RlockConnUse use);
+extern RlockServer *rlock_redis_data_server(void);
+extern void rlock_redis_master_moved(const char *host, int port);
+extern char *rlock_redis_strdup(const char *s);
+
+/* handshake.c, for the sync connection */
+extern void rlock_handshake_role(RlockConn *conn);
 
 /* tls.c */
 extern void rlock_tls_reset(void);

@@ -479,6 +479,9 @@ rlock_reply_fits(const RlockReply *reply, RlockShape shape, int n)
 			return reply->type == RLOCK_REPLY_STRING;
 		case RLOCK_SHAPE_ARRAY:
 			return reply->type == RLOCK_REPLY_ARRAY;
+		case RLOCK_SHAPE_ARRAY_OR_NIL:
+			return reply->type == RLOCK_REPLY_ARRAY ||
+				reply->type == RLOCK_REPLY_NIL;
 		case RLOCK_SHAPE_SUBSCRIBE:
 			return reply_is_confirmation(reply, "subscribe", false);
 		case RLOCK_SHAPE_UNSUBSCRIBE:

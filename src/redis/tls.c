@@ -59,19 +59,27 @@ typedef struct TlsState
 								 * length, 0 if none */
 } TlsState;
 
-/* Built for the first connection after start or a reload */
-static SSL_CTX *tls_context = NULL;
+/*
+ * Built for the first connection after start or a reload that needs one,
+ * one for each RlockTls mode (data nodes and Sentinels may differ).
+ */
+static SSL_CTX *tls_contexts[RLOCK_TLS_VERIFY_FULL + 1];
 
 /*
- * After a reload: build the context anew for the next connection.
+ * After a reload: build the contexts anew for the next connections.
  * Connections open keep theirs.
  */
 void
 rlock_tls_reset(void)
 {
-	if (tls_context != NULL)
-		SSL_CTX_free(tls_context);
-	tls_context = NULL;
+	int			i;
+
+	for (i = 0; i < lengthof(tls_contexts); i++)
+	{
+		if (tls_contexts[i] != NULL)
+			SSL_CTX_free(tls_contexts[i]);
+		tls_contexts[i] = NULL;
+	}
 }
 
 /*
@@ -257,13 +265,14 @@ tls_setup(RlockConn *conn)
 	TlsState   *st;
 	SSL		   *ssl;
 
-	if (tls_context == NULL)
-		tls_context = tls_build_context(conn);
-	if (tls_context == NULL)
+	Assert(srv->tls > RLOCK_TLS_OFF && srv->tls < lengthof(tls_contexts));
+	if (tls_contexts[srv->tls] == NULL)
+		tls_contexts[srv->tls] = tls_build_context(conn);
+	if (tls_contexts[srv->tls] == NULL)
 		return false;
 
 	ERR_clear_error();
-	ssl = SSL_new(tls_context);
+	ssl = SSL_new(tls_contexts[srv->tls]);
 	if (ssl == NULL || SSL_set_fd(ssl, conn->sock) != 1)
 	{
 		rlock_conn_set_error(conn, "could not set up TLS: %s",

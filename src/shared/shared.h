@@ -67,7 +67,9 @@ typedef enum RlockStatus
 	RLOCK_STATUS_NOT_HELD,		/* RELEASE: Redis no longer had the hold */
 	RLOCK_STATUS_CONNECTION,	/* Redis unreachable or not answering */
 	RLOCK_STATUS_REDIS_ERROR,	/* Redis answered with an error */
-	RLOCK_STATUS_SHUTDOWN		/* the worker exited before answering */
+	RLOCK_STATUS_SHUTDOWN,		/* the worker exited before answering */
+	RLOCK_STATUS_NOT_SYNCED		/* ACQUIRE: granted, but too few replicas
+								 * confirmed it; undone */
 } RlockStatus;
 
 /* Life of a request slot; see README.md for who moves it where */
@@ -260,6 +262,15 @@ typedef struct RlockWorkerStatus
 	char		last_error[RLOCK_DETAIL_LEN];
 	TimestampTz last_error_at;
 	int			channels;		/* channels subscribed now */
+	int			topology;		/* RlockTopology */
+	int			sync_state;		/* RlockConnState; -1 when not in use */
+	int			replicas;		/* the primary's replicas; -1 if not known */
+	char		sentinel[RLOCK_ADDRESS_LEN];	/* the Sentinel asked, "" if
+												 * none */
+	int			sentinels_known;
+	int			sentinels_reachable;
+	char		last_switch[2 * RLOCK_ADDRESS_LEN + 8];	/* "old -> new" */
+	TimestampTz last_switch_at;
 } RlockWorkerStatus;
 
 /* The fixed part of rlock's shared memory */
@@ -272,6 +283,8 @@ typedef struct RlockShared
 								 * connection, 0 if unknown */
 	char		cmd_run_id[RLOCK_RUN_ID_LEN + 1];	/* run_id of the Redis
 													 * server that gave it */
+	int64		sync_client_id; /* the same for the sync connection */
+	char		sync_run_id[RLOCK_RUN_ID_LEN + 1];
 
 	char		uuid[RLOCK_UUID_LEN + 1];	/* owner prefix of this instance */
 	pg_atomic_uint64 next_owner_id;

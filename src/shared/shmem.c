@@ -119,6 +119,8 @@ rlock_shmem_startup(void)
 		s->worker_pid = 0;
 		s->cmd_client_id = 0;
 		s->cmd_run_id[0] = '\0';
+		s->sync_client_id = 0;
+		s->sync_run_id[0] = '\0';
 		rlock_make_uuid(s->uuid);
 		pg_atomic_init_u64(&s->next_owner_id, 1);
 		pg_atomic_init_u32(&s->cmd_epoch, 1);

@@ -194,7 +194,8 @@ worker_sync_hold(int index)
 			h->to_release = 0;
 			h->resync = true;
 		}
-		if (h->resync && rlock_conn_ready(rlock_redis_command_conn()))
+		if (h->resync && rlock_conn_ready(rlock_redis_command_conn()) &&
+			worker_sync_may_resync(index))
 		{
 			send = true;
 			h->resync = false;

@@ -110,7 +110,20 @@ static int	nwaiting;			/* ACQUIRE requests WAITING */
 static pairingheap *timers;
 static dlist_head pending = DLIST_STATIC_INIT(pending);
 
+/*
+ * Synced acquisitions (rlock.sync_replicas): per hold entry, the tag of
+ * the WAIT its granted acquisition waits for (0: none), the value the
+ * grant answered, and whether an acquisition on the sync connection went
+ * unanswered (its entry is restated only once that connection was made
+ * again, and so the old one closed on the server: see handshake_fence).
+ */
+static uint64 *sync_tags;
+static int64 *sync_values;
+static bool *sync_lost;
+static uint64 sync_next_tag = 0;
+
 static void worker_mark_busy(WorkerReq *req);
+static bool worker_sync_conn_missing(void);
 static bool worker_release_refused_now(WorkerReq *req);
 
 /*---- timers ----*/
@@ -161,6 +174,12 @@ worker_requests_init(int nslots)
 	for (i = 0; i < nslots; i++)
 		reqs[i].hold = -1;
 	timers = pairingheap_allocate(worker_timer_cmp, NULL);
+	sync_tags = MemoryContextAllocZero(rlock_worker_context,
+									   sizeof(uint64) * rlock_shared->nholds);
+	sync_values = MemoryContextAllocZero(rlock_worker_context,
+										 sizeof(int64) * rlock_shared->nholds);
+	sync_lost = MemoryContextAllocZero(rlock_worker_context,
+									   sizeof(bool) * rlock_shared->nholds);
 }
 
 /*---- request bookkeeping ----*/
@@ -210,7 +229,9 @@ worker_unanswered_deadline(WorkerReq *req)
 		return 0;
 	return TimestampTzPlusMilliseconds(req->unanswered_since,
 									   (int64) rlock_command_timeout +
-									   rlock_connect_timeout);
+									   rlock_connect_timeout +
+									   (rlock_sync_replicas != RLOCK_SYNC_OFF ?
+										rlock_sync_timeout : 0));
 }
 
 /*
@@ -226,7 +247,8 @@ worker_make_pending(WorkerReq *req)
 
 	worker_set_state(req, REQ_PENDING);
 	dlist_push_tail(&pending, &req->pending_node);
-	if (!rlock_conn_ready(rlock_redis_command_conn()))
+	if (!rlock_conn_ready(rlock_redis_command_conn()) ||
+		(req->op == RLOCK_OP_ACQUIRE && worker_sync_conn_missing()))
 		at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										 rlock_connect_timeout);
 	if (deadline != 0 && (at == 0 || deadline < at))
@@ -418,6 +440,72 @@ worker_complete_unreachable(WorkerReq *req)
 	worker_complete(req, RLOCK_STATUS_CONNECTION, 0, detail);
 }
 
+/*---- synced acquisitions ----*/
+
+/*
+ * Must acquisitions be synced now, and is their connection missing?
+ */
+static bool
+worker_sync_conn_missing(void)
+{
+	int			ask;
+
+	return rlock_redis_sync_need(&ask) > 0 &&
+		!rlock_conn_ready(rlock_redis_sync_conn());
+}
+
+/*
+ * May an entry be restated on the command connection now?  Not while an
+ * acquisition sent for it on a lost sync connection may still run on the
+ * server: only once the sync connection is made again (its handshake
+ * closed the old one there), or is no longer used.
+ */
+bool
+worker_sync_may_resync(int index)
+{
+	if (!sync_lost[index])
+		return true;
+	if (rlock_sync_replicas != RLOCK_SYNC_OFF &&
+		!rlock_conn_ready(rlock_redis_sync_conn()))
+		return false;
+	sync_lost[index] = false;
+	return true;
+}
+
+/*
+ * The sync connection is (back) up: entries held back for it may be
+ * restated.
+ */
+void
+worker_sync_conn_ready(void)
+{
+	worker_requeue_all_holds();
+}
+
+/*
+ * Queue WAIT behind an acquisition on the sync connection: it answers
+ * once "ask" replicas confirmed every write sent before it on the
+ * connection, or rlock.sync_timeout passed.
+ */
+static void
+worker_send_wait(RlockConn *conn, WorkerCmd *acquire, int ask)
+{
+	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_SYNC);
+	RlockArgs  *args = worker_args();
+
+	rlock_args_cstr(args, "WAIT");
+	rlock_args_int(args, ask);
+	rlock_args_int(args, rlock_sync_timeout);
+	wc->cmd.shape = RLOCK_SHAPE_INTEGER;
+	wc->slot = acquire->slot;
+	wc->seq = acquire->seq;
+	wc->hold = acquire->hold;
+	wc->target = acquire->target;
+	wc->sync_tag = acquire->sync_tag;
+	wc->sync_need = acquire->sync_need;
+	acquire->sync_sent = worker_cmd_send(conn, wc, args);
+}
+
 /*---- hold entries ----*/
 
 static bool
@@ -430,6 +518,32 @@ worker_hold_acquiring(int index)
 	acquiring = h->acquiring;
 	SpinLockRelease(&h->mutex);
 	return acquiring;
+}
+
+/*
+ * Must an acquire for the entry wait?  While an earlier one is on the
+ * wire, always.  When acquisitions are synced they go on a connection of
+ * their own, which orders nothing against the command connection: they
+ * also wait until every release and restatement of the entry was
+ * answered, lest one that Redis runs later undo the grant.  And they wait
+ * for the sync connection.
+ */
+static bool
+worker_acquire_held_back(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	int			ask;
+	bool		held;
+
+	if (rlock_redis_sync_need(&ask) == 0)
+		return worker_hold_acquiring(index);
+	if (!rlock_conn_ready(rlock_redis_sync_conn()))
+		return true;
+	SpinLockAcquire(&h->mutex);
+	held = h->acquiring || h->queued || h->resync || h->unacked > 0 ||
+		h->to_release > 0;
+	SpinLockRelease(&h->mutex);
+	return held;
 }
 
 /*
@@ -586,6 +700,10 @@ worker_send_acquire(WorkerReq *req)
 	RlockArgs  *args;
 	WorkerCmd  *wc;
 	int32		target;
+	int			ask;
+	int			need = rlock_redis_sync_need(&ask);
+	RlockConn  *conn = need > 0 ? rlock_redis_sync_conn() :
+		rlock_redis_command_conn();
 
 	/* only the worker changes count: no need to read it under the mutex */
 	if (h->count == 0 && !req->tried && worker_join_line(req))
@@ -606,6 +724,11 @@ worker_send_acquire(WorkerReq *req)
 	wc->hold = req->hold;
 	wc->target = target;
 	wc->lease_ms = worker_lease(req->lease_ms);
+	if (need > 0)
+	{
+		wc->sync_tag = ++sync_next_tag;
+		wc->sync_need = need;
+	}
 	args = worker_args();
 	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh, target,
 									wc->lease_ms, req->want_token);
@@ -616,12 +739,99 @@ worker_send_acquire(WorkerReq *req)
 	req->line_only = false;
 	req->last_try_at = GetCurrentTimestamp();
 	worker_set_state(req, REQ_INFLIGHT);
-	if (!worker_cmd_send(rlock_redis_command_conn(), wc, args))
+	if (!worker_cmd_send(conn, wc, args))
 	{
 		SpinLockAcquire(&h->mutex);
 		h->acquiring = false;
 		SpinLockRelease(&h->mutex);
 		worker_make_pending(req);
+	}
+	else if (need > 0)
+		worker_send_wait(conn, wc, ask);
+}
+
+/*
+ * The grant an acquisition waits for is settled: answer it, or hand back
+ * what Redis granted if its backend gave up.
+ */
+static void
+worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value)
+{
+	RlockHold  *h = rlock_hold(wc->hold);
+
+	if (req == NULL)
+	{
+		rlock_queue_release(wc->hold, 1, -1, false);
+		return;
+	}
+	worker_note_answered(req);
+	/* the line now waits for this grant's lease at most */
+	rlock_waiters_busy_until(wc->slot, h->key, h->keylen,
+							 TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+														 wc->lease_ms));
+	req->handed = false;		/* taken: its release will hand it on */
+	if (!worker_answer(wc->slot, req->seq, RLOCK_STATUS_OK, value, NULL))
+		rlock_queue_release(wc->hold, 1, -1, false);
+	worker_forget(req);
+}
+
+/*
+ * The answer to WAIT behind a granted acquisition (NULL: lost with its
+ * connection).  Enough replicas confirmed: the grant stands.  Too few, or
+ * no answer: the acquisition is undone (the entry's previous count is
+ * restated, as after any unconfirmed grant) and the request fails, or,
+ * when the answer was lost, tries again.
+ */
+void
+worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+{
+	RlockHold  *h = rlock_hold(wc->hold);
+	WorkerReq  *req;
+	int64		acks = -1;
+	bool		confirmed;
+
+	if (sync_tags[wc->hold] != wc->sync_tag)
+		return;					/* its acquisition was not granted */
+	sync_tags[wc->hold] = 0;
+	if (reply != NULL && reply->type == RLOCK_REPLY_INTEGER)
+	{
+		acks = reply->integer;
+		rlock_redis_sync_acks((int) Min(acks, INT_MAX));
+	}
+	confirmed = acks >= wc->sync_need;
+
+	SpinLockAcquire(&h->mutex);
+	Assert(h->acquiring);
+	h->acquiring = false;
+	if (!confirmed)
+	{
+		h->count = wc->target - 1;
+		h->resync = true;
+	}
+	SpinLockRelease(&h->mutex);
+	worker_requeue_hold(wc->hold);
+
+	req = worker_current(wc);
+	if (confirmed)
+		worker_grant(wc, req, sync_values[wc->hold]);
+	else if (req == NULL)
+		rlock_hold_try_free(wc->hold);
+	else if (reply == NULL)
+	{
+		worker_note_unanswered(req, wc);
+		worker_make_pending(req);
+	}
+	else if (reply->type == RLOCK_REPLY_ERROR)
+		worker_complete_error(req, reply);
+	else
+	{
+		char		detail[RLOCK_DETAIL_LEN];
+
+		snprintf(detail, sizeof(detail),
+				 INT64_FORMAT " of the %d replicas needed confirmed it within rlock.sync_timeout (%d ms) at %s; the acquisition was undone.",
+				 acks, wc->sync_need, rlock_sync_timeout,
+				 rlock_redis_address());
+		worker_complete(req, RLOCK_STATUS_NOT_SYNCED, 0, detail);
 	}
 }
 
@@ -746,7 +956,7 @@ worker_send_pending(void)
 		if (!rlock_conn_ready(rlock_redis_command_conn()))
 			break;
 		if (req->op == RLOCK_OP_ACQUIRE ?
-			worker_hold_acquiring(req->hold) :
+			worker_acquire_held_back(req->hold) :
 			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER ||
 			 req->op == RLOCK_OP_VERIFY) &&
 			worker_owner_busy(req, true))
@@ -956,6 +1166,7 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	WorkerReq  *req;
 	RlockAcquired result;
 	bool		newly_lost = false;
+	bool		syncing;
 
 	memset(&result, 0, sizeof(result));
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR &&
@@ -964,10 +1175,12 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_unknown_status(conn, wc, h->kind);
 		reply = NULL;			/* as good as lost */
 	}
+	/* a grant that replicas must confirm waits for its WAIT */
+	syncing = result.granted && wc->sync_tag != 0;
 
 	SpinLockAcquire(&h->mutex);
 	Assert(h->acquiring);
-	h->acquiring = false;
+	h->acquiring = syncing;
 	if (result.granted)
 	{
 		h->count = wc->target;
@@ -981,6 +1194,22 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	SpinLockRelease(&h->mutex);
 	if (newly_lost)
 		rlock_count(RLOCK_STAT_LOST, 1);
+	if (reply == NULL && wc->sync_tag != 0)
+		sync_lost[wc->hold] = true;
+	if (syncing)
+	{
+		sync_tags[wc->hold] = wc->sync_tag;
+		sync_values[wc->hold] = result.value;
+		/* no WAIT behind it (the connection took no more): not confirmed */
+		if (!wc->sync_sent)
+		{
+			WorkerCmd	fake = *wc;
+
+			fake.type = WORKER_CMD_SYNC;
+			worker_sync_reply(conn, &fake, NULL);
+		}
+		return;
+	}
 	worker_requeue_hold(wc->hold);
 
 	req = worker_current(wc);
@@ -1002,17 +1231,7 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	}
 	worker_note_answered(req);
 	if (result.granted)
-	{
-		/* the line now waits for this grant's lease at most */
-		rlock_waiters_busy_until(wc->slot, h->key, h->keylen,
-								 TimestampTzPlusMilliseconds(wc->cmd.sent_at,
-															 wc->lease_ms));
-		req->handed = false;	/* taken: its release will hand it on */
-		if (!worker_answer(wc->slot, req->seq, RLOCK_STATUS_OK, result.value,
-						   NULL))
-			rlock_queue_release(wc->hold, 1, -1, false);
-		worker_forget(req);
-	}
+		worker_grant(wc, req, result.value);
 	else if (reply->type != RLOCK_REPLY_ERROR)
 		worker_acquire_busy(req, result.value);
 	else if (rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT &&

@@ -171,6 +171,7 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_QUERY:
 		case WORKER_CMD_RENEW:
 		case WORKER_CMD_VERIFY:
+		case WORKER_CMD_SYNC:
 			if (reply != NULL)
 				rlock_latency(RLOCK_LATENCY_ROUND_TRIP,
 							  GetCurrentTimestamp() - cmd->sent_at);
@@ -204,6 +205,9 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_REGISTER:
 			rlock_registry_reply(conn, wc, reply);
 			break;
+		case WORKER_CMD_SYNC:
+			worker_sync_reply(conn, wc, reply);
+			break;
 	}
 	worker_cmd_free(wc);
 }
@@ -224,6 +228,11 @@ worker_conn_ready(RlockConn *conn)
 		rlock_waiters_conn_ready();
 		return;
 	}
+	if (conn == rlock_redis_sync_conn())
+	{
+		worker_sync_conn_ready();
+		return;
+	}
 	worker_requeue_all_holds();
 	rlock_renew_soon();
 	rlock_registry_touch();
@@ -242,6 +251,9 @@ worker_conn_lost(RlockConn *conn)
 		rlock_waiters_conn_lost();
 		return;
 	}
+	/* the sync connection's acquisitions were answered one by one */
+	if (conn == rlock_redis_sync_conn())
+		return;
 	pg_atomic_fetch_add_u32(&rlock_shared->cmd_epoch, 1);
 	worker_requests_conn_lost();
 }

@@ -30,7 +30,9 @@ typedef enum WorkerCmdType
 	WORKER_CMD_VERIFY,			/* verify script for a batch of a request */
 	WORKER_CMD_SUBSCRIBE,		/* expects one subscribe confirmation */
 	WORKER_CMD_UNSUBSCRIBE,		/* expects one unsubscribe confirmation */
-	WORKER_CMD_REGISTER			/* this instance's registry entry */
+	WORKER_CMD_REGISTER,		/* this instance's registry entry */
+	WORKER_CMD_SYNC				/* WAIT after an acquire on the sync
+								 * connection */
 } WorkerCmdType;
 
 /*
@@ -53,6 +55,10 @@ typedef struct WorkerCmd
 	int			nholds;			/* RENEW, VERIFY: entries in the batch */
 	int		   *holds;			/* RENEW, VERIFY: entry and generation pairs */
 	void	   *group;			/* (UN)SUBSCRIBE: the waiters' group */
+	uint64		sync_tag;		/* ACQUIRE, SYNC: pairs an acquire with its
+								 * WAIT; 0 for an acquire not synced */
+	int			sync_need;		/* ACQUIRE, SYNC: confirmations needed */
+	bool		sync_sent;		/* ACQUIRE: its WAIT went out too */
 } WorkerCmd;
 
 /* worker.c */
@@ -81,6 +87,10 @@ extern void worker_verify_reply(RlockConn *conn, WorkerCmd *wc,
 								const RlockReply *reply);
 extern void worker_query_reply(RlockConn *conn, WorkerCmd *wc,
 							   const RlockReply *reply);
+extern void worker_sync_reply(RlockConn *conn, WorkerCmd *wc,
+							  const RlockReply *reply);
+extern bool worker_sync_may_resync(int index);
+extern void worker_sync_conn_ready(void);
 extern void worker_unpark(void);
 extern bool worker_parked(void);
 extern bool worker_retry(int slot, const char *key, int keylen);

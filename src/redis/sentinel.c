@@ -1,0 +1,687 @@
+/*-------------------------------------------------------------------------
+ *
+ * sentinel.c
+ *		Finding the Redis primary through Redis Sentinel, and following
+ *		it through failovers (rlock.topology = sentinel).
+ *
+ * Two connections go to one Sentinel at a time, the first of rlock.nodes
+ * that answers: one asks SENTINEL GET-MASTER-ADDR-BY-NAME every second
+ * (and SENTINEL SENTINELS now and then, to know the others), the other is
+ * subscribed to +switch-master, so that a failover is asked about at once
+ * rather than at the next poll.  The answer, not the message, decides: a
+ * message only brings the next question forward.  A Sentinel that fails
+ * (unreachable, a wrong password, a primary it does not know) is left for
+ * the next one in the list; the connection's back-off paces the round.
+ *
+ * When the named primary changes, the data connections (command,
+ * subscriber, sync) are dropped and made again to the new one; their
+ * handshake checks with ROLE that it is a primary.  The worker then
+ * restates every hold it has, as after any lost connection: a hold the
+ * new primary kept is confirmed, one another owner took in the meantime
+ * is a lost lock.  A data connection that fails, or finds a replica
+ * (the old primary, demoted), asks the Sentinels again at once.
+ *
+ * Everything a Sentinel says is checked like any reply: an address that
+ * is no host and port drops the connection (a protocol violation).
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/redis/sentinel.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <ctype.h>
+
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "redis/redis_int.h"
+
+/* Ask the Sentinel for the primary this often */
+#define SENTINEL_POLL_MS		1000
+
+/* ... and for the other Sentinels once every so many questions */
+#define SENTINEL_PEERS_EVERY	5
+
+/* Sentinels known: those of rlock.nodes and those they told of */
+#define SENTINEL_MAX			(2 * RLOCK_MAX_NODES)
+
+typedef struct SentinelNode
+{
+	RlockServer srv;
+	bool		configured;		/* in rlock.nodes (else told of) */
+	int			reachable;		/* rlock's own last try: 1 yes, 0 no, -1
+								 * not tried */
+	int			seen_up;		/* the asked Sentinel's view: 1 up, 0 down,
+								 * -1 not known */
+} SentinelNode;
+
+typedef enum SentinelAsk
+{
+	ASK_MASTER,					/* SENTINEL GET-MASTER-ADDR-BY-NAME */
+	ASK_PEERS,					/* SENTINEL SENTINELS */
+	ASK_SUBSCRIBE				/* SUBSCRIBE +switch-master */
+} SentinelAsk;
+
+typedef struct SentinelCmd
+{
+	RlockCmd	cmd;
+	SentinelAsk ask;
+} SentinelCmd;
+
+static SentinelNode nodes[SENTINEL_MAX];
+static int	nnodes = 0;
+static int	nconfigured = 0;
+static int	current = 0;		/* the Sentinel the connections go to */
+static SentinelNode no_sentinel;	/* their server while there is none */
+
+/* the settings this was configured from */
+static int	conf_topology = -1;
+static char *conf_nodes = NULL;
+static char *conf_master = NULL;
+static char *conf_username = NULL;
+static char *conf_password_file = NULL;
+static int	conf_tls = -1;
+static char *conf_tls_files = NULL;
+
+/* the questions */
+static bool master_inflight = false;
+static TimestampTz ask_at = 0;	/* next question */
+static int	asked = 0;
+
+/* the primary */
+static bool master_known = false;
+static char master_host[NI_MAXHOST];
+static int	master_port = 0;
+static char error[RLOCK_DETAIL_LEN];	/* why no primary is known */
+static char last_switch[2 * RLOCK_ADDRESS_LEN + 8];
+static TimestampTz last_switch_at = 0;
+
+static void sentinel_reply(RlockConn *conn, RlockCmd *cmd,
+						   const RlockReply *reply);
+
+/*---- settings ----*/
+
+static char *
+sentinel_tls_files(void)
+{
+	return psprintf("%s\n%s\n%s", rlock_tls_ca_file, rlock_tls_cert_file,
+					rlock_tls_key_file);
+}
+
+static bool
+conf_differs(const char *conf, const char *now)
+{
+	return conf == NULL || strcmp(conf, now) != 0;
+}
+
+/*
+ * Did a setting the Sentinels are reached with change since
+ * rlock_sentinel_configure()?
+ */
+bool
+rlock_sentinel_settings_changed(void)
+{
+	char	   *files;
+	bool		changed;
+
+	if (conf_topology != rlock_topology)
+		return true;
+	if (rlock_topology != RLOCK_TOPOLOGY_SENTINEL)
+		return false;
+	files = sentinel_tls_files();
+	changed = conf_differs(conf_nodes, rlock_nodes) ||
+		conf_differs(conf_master, rlock_sentinel_master) ||
+		conf_differs(conf_username, rlock_sentinel_username) ||
+		conf_differs(conf_password_file, rlock_sentinel_password_file) ||
+		conf_tls != rlock_sentinel_tls ||
+		(rlock_sentinel_tls != RLOCK_TLS_OFF &&
+		 conf_differs(conf_tls_files, files));
+	pfree(files);
+	return changed;
+}
+
+static void
+conf_set(char **conf, const char *now)
+{
+	if (*conf != NULL)
+		pfree(*conf);
+	*conf = rlock_redis_strdup(now);
+}
+
+static void
+node_init(SentinelNode *node, const char *host, int port, bool configured)
+{
+	RlockServer *srv = &node->srv;
+
+	memset(node, 0, sizeof(*node));
+	srv->host = rlock_redis_strdup(host);
+	srv->port = port;
+	srv->unix_socket = rlock_redis_strdup("");
+	srv->database = 0;
+	srv->username = rlock_redis_strdup(rlock_sentinel_username);
+	srv->password_file = rlock_redis_strdup(rlock_sentinel_password_file);
+	srv->tls = rlock_sentinel_tls;
+	srv->tls_ca_file = rlock_redis_strdup(rlock_tls_ca_file);
+	srv->tls_cert_file = rlock_redis_strdup(rlock_tls_cert_file);
+	srv->tls_key_file = rlock_redis_strdup(rlock_tls_key_file);
+	/* a Sentinel is checked against its name as rlock.nodes gives it */
+	srv->tls_server_name = rlock_redis_strdup("");
+	rlock_format_address(srv->address, sizeof(srv->address), host, port);
+	node->configured = configured;
+	node->reachable = -1;
+	node->seen_up = -1;
+}
+
+static void
+node_forget(SentinelNode *node)
+{
+	RlockServer *srv = &node->srv;
+
+	pfree(srv->host);
+	pfree(srv->unix_socket);
+	pfree(srv->username);
+	pfree(srv->password_file);
+	pfree(srv->tls_ca_file);
+	pfree(srv->tls_cert_file);
+	pfree(srv->tls_key_file);
+	pfree(srv->tls_server_name);
+}
+
+/*
+ * Take the settings: the Sentinels to ask and the primary's name.  The
+ * primary is not known again until a Sentinel names it.
+ */
+void
+rlock_sentinel_configure(void)
+{
+	RlockNodeAddr addrs[RLOCK_MAX_NODES];
+	char		parse_error[256];
+	int			n;
+	int			i;
+
+	for (i = 0; i < nnodes; i++)
+		node_forget(&nodes[i]);
+	nnodes = nconfigured = current = 0;
+	conf_topology = rlock_topology;
+	conf_set(&conf_nodes, rlock_nodes);
+	conf_set(&conf_master, rlock_sentinel_master);
+	conf_set(&conf_username, rlock_sentinel_username);
+	conf_set(&conf_password_file, rlock_sentinel_password_file);
+	conf_tls = rlock_sentinel_tls;
+	if (conf_tls_files != NULL)
+		pfree(conf_tls_files);
+	{
+		MemoryContext old = MemoryContextSwitchTo(rlock_redis_context);
+
+		conf_tls_files = sentinel_tls_files();
+		MemoryContextSwitchTo(old);
+	}
+	master_known = false;
+	master_inflight = false;
+	ask_at = 0;
+	asked = 0;
+	error[0] = '\0';
+	if (no_sentinel.srv.host == NULL)
+	{
+		node_init(&no_sentinel, "", 0, false);
+		strlcpy(no_sentinel.srv.address, "(no Sentinel)",
+				sizeof(no_sentinel.srv.address));
+	}
+
+	if (rlock_topology != RLOCK_TOPOLOGY_SENTINEL)
+		return;
+
+	n = rlock_parse_nodes(rlock_nodes, addrs, RLOCK_MAX_NODES, parse_error,
+						  sizeof(parse_error));
+	if (n < 0)					/* the setting's check refused it already */
+		n = 0;
+	for (i = 0; i < n; i++)
+		node_init(&nodes[i], addrs[i].host, addrs[i].port, true);
+	nnodes = nconfigured = n;
+
+	if (n == 0)
+		snprintf(error, sizeof(error),
+				 "rlock.topology is sentinel but rlock.nodes names no Sentinel");
+	else if (rlock_sentinel_master[0] == '\0')
+		snprintf(error, sizeof(error),
+				 "rlock.topology is sentinel but rlock.sentinel_master is empty");
+	else
+		snprintf(error, sizeof(error),
+				 "the Sentinels have not named the primary \"%s\" yet",
+				 rlock_sentinel_master);
+	if (!rlock_sentinel_active())
+		ereport(LOG,
+				(errmsg("rlock cannot reach Redis: %s", error)));
+}
+
+/*
+ * Are Sentinels to be asked?
+ */
+bool
+rlock_sentinel_active(void)
+{
+	return rlock_topology == RLOCK_TOPOLOGY_SENTINEL && nnodes > 0 &&
+		rlock_sentinel_master[0] != '\0';
+}
+
+RlockServer *
+rlock_sentinel_server(void)
+{
+	if (nnodes == 0)
+		return &no_sentinel.srv;
+	return &nodes[current].srv;
+}
+
+bool
+rlock_sentinel_master_known(void)
+{
+	return rlock_sentinel_active() && master_known;
+}
+
+/*
+ * Why the data connections wait: no primary named yet, and why.
+ */
+const char *
+rlock_sentinel_error(void)
+{
+	return error;
+}
+
+/*---- questions and answers ----*/
+
+static void
+sentinel_send(RlockConn *conn, SentinelAsk ask, RlockArgs *args,
+			  RlockShape shape)
+{
+	SentinelCmd *sc = MemoryContextAllocZero(rlock_redis_context,
+											 sizeof(SentinelCmd));
+
+	sc->cmd.done = sentinel_reply;
+	sc->cmd.shape = shape;
+	sc->ask = ask;
+	if (!rlock_conn_send(conn, &sc->cmd, args))
+	{
+		pfree(sc);
+		return;
+	}
+	if (ask == ASK_MASTER)
+		master_inflight = true;
+}
+
+static RlockArgs *
+sentinel_args(void)
+{
+	static RlockArgs *args = NULL;
+
+	if (args == NULL)
+		args = rlock_args_create(rlock_redis_context);
+	rlock_args_reset(args);
+	return args;
+}
+
+/*
+ * Ask the Sentinel for the primary (and now and then for its peers).
+ */
+static void
+sentinel_ask(RlockConn *conn, TimestampTz now)
+{
+	RlockArgs  *args = sentinel_args();
+
+	rlock_args_cstr(args, "SENTINEL");
+	rlock_args_cstr(args, "GET-MASTER-ADDR-BY-NAME");
+	rlock_args_cstr(args, rlock_sentinel_master);
+	sentinel_send(conn, ASK_MASTER, args, RLOCK_SHAPE_ARRAY_OR_NIL);
+	if (asked++ % SENTINEL_PEERS_EVERY == 0)
+	{
+		args = sentinel_args();
+		rlock_args_cstr(args, "SENTINEL");
+		rlock_args_cstr(args, "SENTINELS");
+		rlock_args_cstr(args, rlock_sentinel_master);
+		sentinel_send(conn, ASK_PEERS, args, RLOCK_SHAPE_ARRAY);
+	}
+	ask_at = TimestampTzPlusMilliseconds(now, SENTINEL_POLL_MS);
+}
+
+/*
+ * A host as a Sentinel reports it: an address or a host name, nothing
+ * that could be anything else.
+ */
+static bool
+sentinel_valid_host(const RlockReply *r)
+{
+	int			i;
+
+	if (r->type != RLOCK_REPLY_STRING || r->len == 0 || r->len >= NI_MAXHOST)
+		return false;
+	for (i = 0; i < r->len; i++)
+	{
+		unsigned char c = (unsigned char) r->str[i];
+
+		if (!(isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_' ||
+			  c == '%'))
+			return false;
+	}
+	return true;
+}
+
+static int
+sentinel_valid_port(const RlockReply *r)
+{
+	int			port = 0;
+	int			i;
+
+	if (r->type != RLOCK_REPLY_STRING || r->len == 0 || r->len > 5)
+		return 0;
+	for (i = 0; i < r->len; i++)
+	{
+		if (!isdigit((unsigned char) r->str[i]))
+			return 0;
+		port = port * 10 + (r->str[i] - '0');
+	}
+	return (port >= 1 && port <= 65535) ? port : 0;
+}
+
+/*
+ * The Sentinel named the primary: follow it if it moved.
+ */
+static void
+sentinel_master_reply(RlockConn *conn, const RlockReply *reply)
+{
+	char		address[RLOCK_ADDRESS_LEN];
+	int			port;
+
+	if (reply->type == RLOCK_REPLY_NIL)
+	{
+		char		why[RLOCK_DETAIL_LEN];
+
+		snprintf(why, sizeof(why),
+				 "the Sentinel at %s monitors no primary named \"%s\"",
+				 conn->server->address, rlock_sentinel_master);
+		if (!master_known)
+			strlcpy(error, why, sizeof(error));
+		rlock_conn_give_up(conn, why);
+		return;
+	}
+	if (reply->elements != 2 || !sentinel_valid_host(reply->element[0]) ||
+		(port = sentinel_valid_port(reply->element[1])) == 0)
+	{
+		rlock_conn_fail(conn,
+						"an answer to SENTINEL GET-MASTER-ADDR-BY-NAME that is no host and port");
+		return;
+	}
+	if (master_known && strcmp(master_host, reply->element[0]->str) == 0 &&
+		master_port == port)
+		return;
+
+	rlock_format_address(address, sizeof(address), reply->element[0]->str,
+						 port);
+	if (master_known)
+	{
+		char		old[RLOCK_ADDRESS_LEN];
+
+		rlock_format_address(old, sizeof(old), master_host, master_port);
+		snprintf(last_switch, sizeof(last_switch), "%s -> %s", old, address);
+		last_switch_at = GetCurrentTimestamp();
+		ereport(LOG,
+				(errmsg("rlock follows a failover of \"%s\": the Sentinel at %s names %s as the primary, not %s",
+						rlock_sentinel_master, conn->server->address,
+						address, old),
+				 errdetail("rlock connects to the new primary and restates the locks it holds; a lock another owner took in between is reported lost.")));
+	}
+	else
+		ereport(LOG,
+				(errmsg("rlock uses the primary \"%s\" at %s, as the Sentinel at %s names it",
+						rlock_sentinel_master, address,
+						conn->server->address)));
+	strlcpy(master_host, reply->element[0]->str, sizeof(master_host));
+	master_port = port;
+	master_known = true;
+	error[0] = '\0';
+	rlock_redis_master_moved(master_host, master_port);
+}
+
+/*
+ * Look up "name" in the flat field list of one SENTINEL SENTINELS entry.
+ */
+static const RlockReply *
+sentinel_field(const RlockReply *entry, const char *name)
+{
+	int			i;
+
+	for (i = 0; i + 1 < entry->elements; i += 2)
+	{
+		if (entry->element[i]->type == RLOCK_REPLY_STRING &&
+			strcmp(entry->element[i]->str, name) == 0)
+			return entry->element[i + 1];
+	}
+	return NULL;
+}
+
+/*
+ * The asked Sentinel told of its peers: note which are up in its view,
+ * and add the ones rlock.nodes does not name (asked when those fail).
+ * Entries that make no sense are passed over.
+ */
+static void
+sentinel_peers_reply(RlockConn *conn, const RlockReply *reply)
+{
+	int			i;
+	int			j;
+
+	for (i = 0; i < reply->elements; i++)
+	{
+		const RlockReply *entry = reply->element[i];
+		const RlockReply *ip;
+		const RlockReply *portr;
+		const RlockReply *flags;
+		int			port;
+
+		if (entry->type != RLOCK_REPLY_ARRAY)
+			continue;
+		ip = sentinel_field(entry, "ip");
+		portr = sentinel_field(entry, "port");
+		flags = sentinel_field(entry, "flags");
+		if (ip == NULL || portr == NULL || !sentinel_valid_host(ip) ||
+			(port = sentinel_valid_port(portr)) == 0)
+			continue;
+		for (j = 0; j < nnodes; j++)
+		{
+			if (nodes[j].srv.port == port &&
+				strcmp(nodes[j].srv.host, ip->str) == 0)
+				break;
+		}
+		if (j == nnodes)
+		{
+			if (nnodes == SENTINEL_MAX)
+				continue;
+			node_init(&nodes[nnodes++], ip->str, port, false);
+		}
+		nodes[j].seen_up = (flags != NULL && flags->type == RLOCK_REPLY_STRING &&
+							(strstr(flags->str, "s_down") != NULL ||
+							 strstr(flags->str, "o_down") != NULL ||
+							 strstr(flags->str, "disconnected") != NULL)) ? 0 : 1;
+	}
+	rlock_redis_status_touch();
+}
+
+static void
+sentinel_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
+{
+	SentinelCmd *sc = (SentinelCmd *) cmd;
+
+	if (sc->ask == ASK_MASTER)
+		master_inflight = false;
+	if (reply != NULL && !conn->failed)
+	{
+		if (reply->type == RLOCK_REPLY_ERROR)
+		{
+			char		why[RLOCK_DETAIL_LEN];
+
+			/* PEERS and SUBSCRIBE are a help, not a need */
+			if (sc->ask == ASK_MASTER)
+			{
+				snprintf(why, sizeof(why),
+						 "the Sentinel at %s refused to name the primary: %s",
+						 conn->server->address, reply->str);
+				if (!master_known)
+					strlcpy(error, why, sizeof(error));
+				rlock_conn_give_up(conn, why);
+			}
+		}
+		else if (sc->ask == ASK_MASTER)
+			sentinel_master_reply(conn, reply);
+		else if (sc->ask == ASK_PEERS)
+			sentinel_peers_reply(conn, reply);
+	}
+	pfree(sc);
+}
+
+/*---- connection events ----*/
+
+void
+rlock_sentinel_conn_ready(RlockConn *conn)
+{
+	nodes[current].reachable = 1;
+	rlock_redis_status_touch();
+	if (conn->use == RLOCK_USE_SENTINEL)
+	{
+		sentinel_ask(conn, GetCurrentTimestamp());
+		return;
+	}
+	else
+	{
+		RlockArgs  *args = sentinel_args();
+
+		rlock_args_cstr(args, "SUBSCRIBE");
+		rlock_args_cstr(args, "+switch-master");
+		sentinel_send(conn, ASK_SUBSCRIBE, args, RLOCK_SHAPE_SUBSCRIBE);
+	}
+}
+
+/*
+ * A Sentinel connection failed: the asking one moves on to the next
+ * Sentinel, and the watching one follows it there.
+ */
+void
+rlock_sentinel_conn_lost(RlockConn *conn)
+{
+	RlockConn  *other;
+	int			failed = current;
+
+	if (!rlock_sentinel_active() || conn->use != RLOCK_USE_SENTINEL)
+		return;
+	nodes[failed].reachable = 0;
+	if (!master_known)
+	{
+		char		why[RLOCK_DETAIL_LEN];
+
+		snprintf(why, sizeof(why),
+				 "no Sentinel named the primary \"%s\" yet; the last one tried, at %s: %s",
+				 rlock_sentinel_master, conn->server->address,
+				 rlock_conn_error(conn));
+		strlcpy(error, why, sizeof(error));
+	}
+	current = (current + 1) % nnodes;
+	conn->server = &nodes[current].srv;
+	other = rlock_redis_conn(RLOCK_USE_WATCH);
+	if (other->server != conn->server)
+	{
+		if (other->state != RLOCK_CONN_DOWN)
+		{
+			other->quiet_drop = true;
+			rlock_conn_give_up(other, "rlock asks another Sentinel now");
+		}
+		other->server = conn->server;
+	}
+	/* the next Sentinel at once, unless the whole round failed */
+	if (current != 0)
+		conn->retry_at = 0;
+	rlock_redis_status_touch();
+}
+
+/*
+ * A +switch-master message: ask at once whom the Sentinel names now.
+ */
+void
+rlock_sentinel_message(RlockConn *conn, const char *channel, int channellen,
+					   const char *payload, int payloadlen)
+{
+	size_t		namelen = strlen(rlock_sentinel_master);
+
+	if (channellen == 14 && memcmp(channel, "+switch-master", 14) == 0 &&
+		(size_t) payloadlen > namelen &&
+		memcmp(payload, rlock_sentinel_master, namelen) == 0 &&
+		payload[namelen] == ' ')
+		ask_at = 0;
+}
+
+/*
+ * A data connection failed or found a replica: the primary may have
+ * moved, ask now.
+ */
+void
+rlock_sentinel_recheck(void)
+{
+	ask_at = 0;
+}
+
+void
+rlock_sentinel_tick(TimestampTz now)
+{
+	RlockConn  *conn;
+
+	if (!rlock_sentinel_active())
+		return;
+	conn = rlock_redis_conn(RLOCK_USE_SENTINEL);
+	if (rlock_conn_ready(conn) && !master_inflight && now >= ask_at)
+		sentinel_ask(conn, now);
+}
+
+TimestampTz
+rlock_sentinel_next(void)
+{
+	if (!rlock_sentinel_active() ||
+		!rlock_conn_ready(rlock_redis_conn(RLOCK_USE_SENTINEL)) ||
+		master_inflight)
+		return DT_NOEND;
+	return ask_at;
+}
+
+/*
+ * What rlock_status() shows of the Sentinels: the one asked, how many are
+ * known and how many reachable (rlock's own last try where it made one,
+ * else the asked Sentinel's view), and the last failover followed.
+ */
+void
+rlock_sentinel_status(RlockWorkerStatus *st)
+{
+	RlockConn  *conn = rlock_redis_conn(RLOCK_USE_SENTINEL);
+	int			reachable = 0;
+	int			i;
+
+	st->sentinel[0] = '\0';
+	st->sentinels_known = 0;
+	st->sentinels_reachable = 0;
+	strlcpy(st->last_switch, last_switch, sizeof(st->last_switch));
+	st->last_switch_at = last_switch_at;
+	if (!rlock_sentinel_active())
+		return;
+	if (conn->state == RLOCK_CONN_READY)
+		strlcpy(st->sentinel, conn->server->address, sizeof(st->sentinel));
+	for (i = 0; i < nnodes; i++)
+	{
+		int			up = nodes[i].reachable;
+
+		if (i == current && conn->state == RLOCK_CONN_READY)
+			up = 1;
+		else if (up < 0)
+			up = nodes[i].seen_up;
+		reachable += (up == 1);
+	}
+	st->sentinels_known = nnodes;
+	st->sentinels_reachable = reachable;
+}
