@@ -449,9 +449,15 @@ void
 rlock_redis_reload(void)
 {
 	int			i;
+	const char *why;
 
 	/* not a connection setting: only whether the sync connection is used */
 	status_dirty = true;
+	if (!conn_wanted(conns[RLOCK_USE_SYNC], &why))
+	{
+		conns[RLOCK_USE_SYNC]->quiet_drop = true;
+		conn_close(conns[RLOCK_USE_SYNC], "rlock.sync_replicas is off", true);
+	}
 
 	rlock_tls_reset();
 	if (!server_settings_changed(server))

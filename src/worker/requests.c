@@ -44,6 +44,7 @@
 #include "postgres.h"
 
 #include "lib/pairingheap.h"
+#include "nodes/pg_list.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -111,16 +112,27 @@ static pairingheap *timers;
 static dlist_head pending = DLIST_STATIC_INIT(pending);
 
 /*
- * Synced acquisitions (rlock.sync_replicas): per hold entry, the tag of
- * the WAIT its granted acquisition waits for (0: none), the value the
- * grant answered, and whether an acquisition on the sync connection went
- * unanswered (its entry is restated only once that connection was made
- * again, and so the old one closed on the server: see handshake_fence).
+ * Synced acquisitions (rlock.sync_replicas) go out in batches: every
+ * acquisition sent in one pass of the worker, then one WAIT for them all
+ * (WAIT covers every write sent before it on the connection).  While a
+ * WAIT is on the wire no acquisition is sent: each WAIT may block the
+ * connection for rlock.sync_timeout, and WAITs queued behind one another
+ * would add up.  Granted acquisitions wait for their batch's WAIT in
+ * sync_granted (copies of their commands).
+ *
+ * sync_lost: per hold entry, whether an acquisition on the sync
+ * connection went unanswered (the entry is restated only once that
+ * connection was made again, and so the old one closed on the server:
+ * see handshake_fence).
  */
-static uint64 *sync_tags;
-static int64 *sync_values;
-static bool *sync_lost;
 static uint64 sync_next_tag = 0;
+static uint64 sync_batch = 0;	/* tag of the batch being sent, 0 if none */
+static int	sync_batch_need;
+static int	sync_batch_ask;
+static uint64 sync_unwaited = 0;	/* a batch whose WAIT could not be sent */
+static bool sync_wait_inflight = false;
+static List *sync_granted = NIL;
+static bool *sync_lost;
 
 static void worker_mark_busy(WorkerReq *req);
 static bool worker_sync_conn_missing(void);
@@ -174,10 +186,6 @@ worker_requests_init(int nslots)
 	for (i = 0; i < nslots; i++)
 		reqs[i].hold = -1;
 	timers = pairingheap_allocate(worker_timer_cmp, NULL);
-	sync_tags = MemoryContextAllocZero(rlock_worker_context,
-									   sizeof(uint64) * rlock_shared->nholds);
-	sync_values = MemoryContextAllocZero(rlock_worker_context,
-										 sizeof(int64) * rlock_shared->nholds);
 	sync_lost = MemoryContextAllocZero(rlock_worker_context,
 									   sizeof(bool) * rlock_shared->nholds);
 }
@@ -483,27 +491,31 @@ worker_sync_conn_ready(void)
 }
 
 /*
- * Queue WAIT behind an acquisition on the sync connection: it answers
- * once "ask" replicas confirmed every write sent before it on the
- * connection, or rlock.sync_timeout passed.
+ * End the batch of synced acquisitions sent in this pass with WAIT: it
+ * answers once "ask" replicas confirmed every write sent before it on
+ * the connection, or rlock.sync_timeout passed.
  */
-static void
-worker_send_wait(RlockConn *conn, WorkerCmd *acquire, int ask)
+void
+worker_sync_flush(void)
 {
-	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_SYNC);
-	RlockArgs  *args = worker_args();
+	WorkerCmd  *wc;
+	RlockArgs  *args;
 
+	if (sync_batch == 0)
+		return;
+	wc = worker_cmd_new(WORKER_CMD_SYNC);
+	args = worker_args();
 	rlock_args_cstr(args, "WAIT");
-	rlock_args_int(args, ask);
+	rlock_args_int(args, sync_batch_ask);
 	rlock_args_int(args, rlock_sync_timeout);
 	wc->cmd.shape = RLOCK_SHAPE_INTEGER;
-	wc->slot = acquire->slot;
-	wc->seq = acquire->seq;
-	wc->hold = acquire->hold;
-	wc->target = acquire->target;
-	wc->sync_tag = acquire->sync_tag;
-	wc->sync_need = acquire->sync_need;
-	acquire->sync_sent = worker_cmd_send(conn, wc, args);
+	wc->sync_tag = sync_batch;
+	wc->sync_need = sync_batch_need;
+	if (worker_cmd_send(rlock_redis_sync_conn(), wc, args))
+		sync_wait_inflight = true;
+	else
+		sync_unwaited = sync_batch; /* its grants count as unconfirmed */
+	sync_batch = 0;
 }
 
 /*---- hold entries ----*/
@@ -537,7 +549,7 @@ worker_acquire_held_back(int index)
 
 	if (rlock_redis_sync_need(&ask) == 0)
 		return worker_hold_acquiring(index);
-	if (!rlock_conn_ready(rlock_redis_sync_conn()))
+	if (!rlock_conn_ready(rlock_redis_sync_conn()) || sync_wait_inflight)
 		return true;
 	SpinLockAcquire(&h->mutex);
 	held = h->acquiring || h->queued || h->resync || h->unacked > 0 ||
@@ -726,8 +738,14 @@ worker_send_acquire(WorkerReq *req)
 	wc->lease_ms = worker_lease(req->lease_ms);
 	if (need > 0)
 	{
-		wc->sync_tag = ++sync_next_tag;
-		wc->sync_need = need;
+		if (sync_batch == 0)
+		{
+			sync_batch = ++sync_next_tag;
+			sync_batch_need = need;
+			sync_batch_ask = ask;
+		}
+		wc->sync_tag = sync_batch;
+		wc->sync_need = sync_batch_need;
 	}
 	args = worker_args();
 	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh, target,
@@ -746,8 +764,6 @@ worker_send_acquire(WorkerReq *req)
 		SpinLockRelease(&h->mutex);
 		worker_make_pending(req);
 	}
-	else if (need > 0)
-		worker_send_wait(conn, wc, ask);
 }
 
 /*
@@ -776,29 +792,18 @@ worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value)
 }
 
 /*
- * The answer to WAIT behind a granted acquisition (NULL: lost with its
- * connection).  Enough replicas confirmed: the grant stands.  Too few, or
- * no answer: the acquisition is undone (the entry's previous count is
- * restated, as after any unconfirmed grant) and the request fails, or,
- * when the answer was lost, tries again.
+ * A granted acquisition's batch was answered by WAIT with "acks"
+ * confirmations (-1: no answer, or an error "reply").  Enough: the grant
+ * stands.  Too few, or no answer: the acquisition is undone (the entry's
+ * previous count is restated, as after any unconfirmed grant) and the
+ * request fails, or, when the answer was lost, tries again.
  */
-void
-worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+static void
+worker_sync_settle(WorkerCmd *wc, int64 acks, const RlockReply *reply)
 {
 	RlockHold  *h = rlock_hold(wc->hold);
 	WorkerReq  *req;
-	int64		acks = -1;
-	bool		confirmed;
-
-	if (sync_tags[wc->hold] != wc->sync_tag)
-		return;					/* its acquisition was not granted */
-	sync_tags[wc->hold] = 0;
-	if (reply != NULL && reply->type == RLOCK_REPLY_INTEGER)
-	{
-		acks = reply->integer;
-		rlock_redis_sync_acks((int) Min(acks, INT_MAX));
-	}
-	confirmed = acks >= wc->sync_need;
+	bool		confirmed = acks >= wc->sync_need;
 
 	SpinLockAcquire(&h->mutex);
 	Assert(h->acquiring);
@@ -813,15 +818,15 @@ worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 
 	req = worker_current(wc);
 	if (confirmed)
-		worker_grant(wc, req, sync_values[wc->hold]);
+		worker_grant(wc, req, wc->sync_value);
 	else if (req == NULL)
 		rlock_hold_try_free(wc->hold);
-	else if (reply == NULL)
+	else if (acks < 0 && reply == NULL)
 	{
 		worker_note_unanswered(req, wc);
 		worker_make_pending(req);
 	}
-	else if (reply->type == RLOCK_REPLY_ERROR)
+	else if (acks < 0)
 		worker_complete_error(req, reply);
 	else
 	{
@@ -833,6 +838,44 @@ worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 				 rlock_redis_address());
 		worker_complete(req, RLOCK_STATUS_NOT_SYNCED, 0, detail);
 	}
+}
+
+/*
+ * The answer to a batch's WAIT (NULL: lost with its connection): settle
+ * every acquisition of the batch that Redis granted.
+ */
+void
+worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+{
+	int64		acks = -1;
+	List	   *mine = NIL;
+	ListCell   *lc;
+
+	sync_wait_inflight = false;
+	if (reply != NULL && reply->type == RLOCK_REPLY_INTEGER)
+	{
+		acks = reply->integer;
+		rlock_redis_sync_acks((int) Min(acks, INT_MAX));
+	}
+	/* settling may send nothing, but take the batch out first */
+	foreach(lc, sync_granted)
+	{
+		WorkerCmd  *g = (WorkerCmd *) lfirst(lc);
+
+		if (g->sync_tag == wc->sync_tag)
+		{
+			mine = lappend(mine, g);
+			sync_granted = foreach_delete_current(sync_granted, lc);
+		}
+	}
+	foreach(lc, mine)
+	{
+		WorkerCmd  *g = (WorkerCmd *) lfirst(lc);
+
+		worker_sync_settle(g, acks, reply);
+		pfree(g);
+	}
+	list_free(mine);
 }
 
 /*
@@ -1198,15 +1241,19 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		sync_lost[wc->hold] = true;
 	if (syncing)
 	{
-		sync_tags[wc->hold] = wc->sync_tag;
-		sync_values[wc->hold] = result.value;
-		/* no WAIT behind it (the connection took no more): not confirmed */
-		if (!wc->sync_sent)
-		{
-			WorkerCmd	fake = *wc;
+		MemoryContext old = MemoryContextSwitchTo(rlock_worker_context);
+		WorkerCmd  *g = palloc(sizeof(WorkerCmd));
 
-			fake.type = WORKER_CMD_SYNC;
-			worker_sync_reply(conn, &fake, NULL);
+		*g = *wc;
+		g->sync_value = result.value;
+		if (wc->sync_tag != sync_unwaited)
+			sync_granted = lappend(sync_granted, g);
+		MemoryContextSwitchTo(old);
+		/* no WAIT behind it (the connection took no more): unconfirmed */
+		if (wc->sync_tag == sync_unwaited)
+		{
+			worker_sync_settle(g, -1, NULL);
+			pfree(g);
 		}
 		return;
 	}

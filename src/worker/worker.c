@@ -467,6 +467,7 @@ rlock_worker_main(Datum main_arg)
 		worker_releases_tick(now);
 		worker_fire_timers(now);
 		worker_send_pending();
+		worker_sync_flush();
 		rlock_renew_tick(now);
 		rlock_registry_tick(now);
 		if (now >= sweep_at)

@@ -58,7 +58,7 @@ typedef struct WorkerCmd
 	uint64		sync_tag;		/* ACQUIRE, SYNC: pairs an acquire with its
 								 * WAIT; 0 for an acquire not synced */
 	int			sync_need;		/* ACQUIRE, SYNC: confirmations needed */
-	bool		sync_sent;		/* ACQUIRE: its WAIT went out too */
+	int64		sync_value;		/* ACQUIRE: what its grant answered */
 } WorkerCmd;
 
 /* worker.c */
@@ -90,6 +90,7 @@ extern void worker_query_reply(RlockConn *conn, WorkerCmd *wc,
 extern void worker_sync_reply(RlockConn *conn, WorkerCmd *wc,
 							  const RlockReply *reply);
 extern bool worker_sync_may_resync(int index);
+extern void worker_sync_flush(void);
 extern void worker_sync_conn_ready(void);
 extern void worker_unpark(void);
 extern bool worker_parked(void);

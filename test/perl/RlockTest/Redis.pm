@@ -19,7 +19,8 @@ use RlockTest::Resp;
 use RlockTest::TLS;
 
 # Start a redis-server on a free loopback port; options: port, args (list
-# of extra command line arguments), tls (also listen for TLS on a port of
+# of extra command line arguments), password (what the tests' own
+# connection authenticates with), tls (also listen for TLS on a port of
 # its own, with the certificates of RlockTest::TLS: 1, or a hash with
 # auth_clients => 'no' (the default), 'yes' or 'optional').  When the
 # whole suite runs over TLS (RlockTest::TLS::everywhere), every server
@@ -31,6 +32,7 @@ sub start
 	my $self = bless {
 		port => $opt{port} // RlockTest::free_port(),
 		args => $opt{args} // [],
+		password => $opt{password},
 		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
 	}, $class;
 	if ($tls)
@@ -88,7 +90,12 @@ sub _spawn
 sub cmd
 {
 	my ($self, @args) = @_;
-	$self->{conn} //= RlockTest::Resp->connect($self->{port});
+	unless ($self->{conn})
+	{
+		$self->{conn} = RlockTest::Resp->connect($self->{port});
+		$self->{conn}->call('AUTH', $self->{password})
+		  if defined $self->{password};
+	}
 	my $reply = eval { $self->{conn}->call(@args) };
 	if ($@)
 	{

@@ -1,0 +1,323 @@
+# Redis Sentinel (rlock.topology = sentinel): a primary, two replicas and
+# three Sentinels on loopback ports, all with passwords of their own.
+#
+# - discovery from the Sentinel list with its first Sentinel down, and
+#   what rlock_status() shows;
+# - locks the replicas confirm (rlock.sync_replicas = 1): held across a
+#   SENTINEL FAILOVER, their waiter woken on the new primary, the commit
+#   clean; two instances under pgbench through the failover with no two
+#   critical sections overlapping;
+# - replicas that do not confirm in time: the acquisition fails with
+#   08000 and leaves nothing in Redis;
+# - a hold lost in a failover (written to the old primary only) and
+#   taken by someone else on the new one: 40001 at commit;
+# - a Sentinel that names no such primary, one that names an unreachable
+#   one, all Sentinels down, bad settings: clear errors, no hang.
+
+use strict;
+use warnings;
+
+use File::Temp ();
+use IPC::Run ();
+use PostgreSQL::Test::Utils;
+use Test::More;
+use RlockTest;
+use RlockTest::Sentinel;
+
+if (RlockTest::TLS::everywhere())
+{
+	plan skip_all => 'Sentinels speak plain TCP here';
+}
+
+my $dir = File::Temp::tempdir(CLEANUP => 1);
+mkdir "$PostgreSQL::Test::Utils::tmp_check/redis";
+my $dep = RlockTest::Sentinel->start(
+	dir => "$PostgreSQL::Test::Utils::tmp_check/redis",
+	replicas => 2,
+	sentinels => 3,
+	master_name => 'main',
+	data_password => 'datapw',
+	sentinel_password => 'sentpw',
+	down_after_ms => 1000,
+	failover_timeout_ms => 4000);
+my $data_pw = RlockTest::password_file(File::Temp::tempdir(CLEANUP => 1),
+	'datapw');
+my $sentinel_pw =
+  RlockTest::password_file(File::Temp::tempdir(CLEANUP => 1), 'sentpw');
+my $owner_pattern = qr/^[0-9a-f-]{36}:\d+$/;
+
+# A node that finds the primary through the Sentinels at $nodes
+sub sentinel_node
+{
+	my ($name, $nodes, @conf) = @_;
+	return RlockTest::node($name, $dep->data_nodes->[0],
+		connect_timeout => '1s',
+		command_timeout => '1s',
+		conf => [
+			"rlock.topology = 'sentinel'",
+			"rlock.nodes = '$nodes'",
+			"rlock.sentinel_master = 'main'",
+			"rlock.sentinel_password_file = '$sentinel_pw'",
+			"rlock.password_file = '$data_pw'",
+			"rlock.sync_replicas = '1'",
+			"rlock.sync_timeout = '1s'",
+			@conf ]);
+}
+
+sub status
+{
+	my ($node, $cols) = @_;
+	return $node->safe_psql('postgres', "SELECT $cols FROM rlock_status()");
+}
+
+sub port_of { my ($addr) = @_; return $addr =~ /:(\d+)$/ ? $1 : '' }
+
+#---- discovery, with the first Sentinel of the list down ----
+
+my @sp = $dep->sentinel_ports;
+$dep->stop_sentinel(0);
+my $na = sentinel_node('sentinel_a', $dep->nodes_setting);
+ok(RlockTest::wait_for_redis($na, 15), 'a lock works with the first Sentinel down');
+my $primary = $dep->primary;
+ok(RlockTest::wait_until(
+		sub {
+			status($na,
+				"command_connection || sync_connection || coalesce(sentinels_reachable::text, '')"
+			) eq 'readyready2';
+		},
+		10),
+	'rlock_status: both connections ready, 2 Sentinels reachable')
+  or diag(status($na, '*'));
+my $row = status($na,
+	"topology, redis_address, sentinel, sentinels_known, redis_role, replicas");
+my ($topology, $address, $sentinel, $known, $role, $replicas) = split /\|/, $row;
+is($topology, 'sentinel', 'rlock_status: topology sentinel');
+is(port_of($address), $primary->port, 'rlock_status: the primary the Sentinels name');
+isnt(port_of($sentinel), $sp[0], 'rlock_status: a Sentinel that is up was asked');
+is($known, 3, 'rlock_status: the three Sentinels known');
+is($role, 'master', 'rlock_status: the server is a primary');
+is($replicas, 2, 'rlock_status: the primary lists its two replicas');
+$dep->start_sentinel(0);
+
+# a lock the replicas confirmed is on them as soon as it is granted
+my $one = $na->background_psql('postgres', on_error_stop => 0);
+is($one->query("SELECT rlock_session_try('s:one')"), 't',
+	'a session lock is granted');
+my @on_replicas = map { $_->cmd('EXISTS', 's:one') } $dep->replicas_now;
+ok((grep { $_ == 1 } @on_replicas) >= 1,
+	'a replica had the lock when it was granted (WAIT)')
+  or diag("@on_replicas");
+$one->quit;
+
+#---- replicas that do not confirm in time ----
+
+$na->safe_psql('postgres', "ALTER SYSTEM SET rlock.sync_timeout = '300ms'; SELECT pg_reload_conf()");
+$_->freeze for $dep->replicas_now;
+my ($rc, $out, $err, $took) =
+  RlockTest::timed_psql($na, "SELECT rlock_try('sync:x')");
+like($err,
+	qr/ERROR:  08000: Redis replicas did not confirm lock "sync:x" in time\n.*DETAIL:  0 of the 1 replicas needed confirmed it within rlock.sync_timeout \(300 ms\)/s,
+	'too few confirmations: 08000 with the counts');
+cmp_ok($took, '<', 0.3 + 1.5, "within rlock.sync_timeout and a bound ($took s)");
+ok(RlockTest::wait_until(sub { $dep->primary->cmd('EXISTS', 'sync:x') == 0 }, 5),
+	'the unconfirmed acquisition was undone in Redis');
+$_->thaw for $dep->replicas_now;
+$na->safe_psql('postgres', "ALTER SYSTEM SET rlock.sync_replicas = 'off'; SELECT pg_reload_conf()");
+ok(RlockTest::wait_until(sub { status($na, 'sync_connection') eq 'unused' }, 5),
+	'sync_replicas off: the sync connection is not used');
+is($na->safe_psql('postgres', "SELECT rlock_try('sync:off')"), 't',
+	'without confirmation a lock is granted by the primary alone');
+# a primary that wants more replicas than it has refuses the write
+$dep->primary->cmd('CONFIG', 'SET', 'min-replicas-to-write', '3');
+($rc, $out, $err) = RlockTest::timed_psql($na, "SELECT rlock_try('sync:norep')");
+like($err,
+	qr/ERROR:  08000: Redis returned an error for lock "sync:norep"\n.*DETAIL:  NOREPLICAS .*\n.*HINT:  .*min-replicas-to-write/s,
+	'NOREPLICAS: 08000 with the reason and a hint');
+$dep->primary->cmd('CONFIG', 'SET', 'min-replicas-to-write', '0');
+$na->safe_psql('postgres', "ALTER SYSTEM SET rlock.sync_replicas = '1'; ALTER SYSTEM RESET rlock.sync_timeout; SELECT pg_reload_conf()");
+ok(RlockTest::wait_until(sub { status($na, 'sync_connection') eq 'ready' }, 5),
+	'sync_replicas 1 again: the sync connection is back');
+
+#---- a failover under load, with holds and a waiter across it ----
+
+my $nb = sentinel_node('sentinel_b', $dep->nodes_setting);
+ok(RlockTest::wait_for_redis($nb, 15), 'a second instance finds the primary');
+for my $node ($na, $nb)
+{
+	$node->safe_psql('postgres', q{
+		CREATE TABLE spans (node text, s timestamptz, e timestamptz);
+		CREATE FUNCTION try_lock(k text) RETURNS int LANGUAGE plpgsql AS $$
+		BEGIN
+			PERFORM rlock_lock(k, '10s');
+			RETURN 1;
+		EXCEPTION WHEN OTHERS THEN
+			RETURN 0;
+		END $$;
+	});
+}
+
+# a transaction lock and a session lock held across the switch, and a
+# waiter on the first in the other instance
+my $holder = $na->background_psql('postgres', on_error_stop => 0);
+$holder->query_safe("SELECT rlock_session_lock('fo:session')");
+$holder->query_safe("BEGIN; SELECT rlock_lock('fo:kept')");
+my $waiter = $nb->background_psql('postgres', on_error_stop => 0);
+RlockTest::send_query($waiter, "BEGIN; SELECT rlock_try('fo:kept', '60s');");
+ok(RlockTest::wait_until(sub { $dep->primary->subscribers('fo:kept') >= 1 }, 10),
+	'the waiter is subscribed on the primary');
+
+# pgbench on both instances through the failover
+my @runs;
+for my $node ($na, $nb)
+{
+	my $script = "$dir/" . $node->name . '.sql';
+	open(my $fh, '>', $script) or die $!;
+	print $fh "BEGIN;\n"
+	  . "SELECT try_lock('fo:counter') AS got \\gset\n"
+	  . "\\if :got\n"
+	  . "SELECT extract(epoch FROM clock_timestamp()) AS s \\gset\n"
+	  . "SELECT pg_sleep(0.002);\n"
+	  . "INSERT INTO spans VALUES ('" . $node->name . "', to_timestamp(:s), clock_timestamp());\n"
+	  . "\\endif\n"
+	  . "COMMIT;\n";
+	close $fh;
+	push @runs,
+	  IPC::Run::start(
+		[ 'pgbench', '-n', '-c', '3', '-j', '1', '-T', '12', '-f', $script,
+		  '-h', $node->host, '-p', $node->port, 'postgres' ],
+		'>', "$dir/" . $node->name . '.out', '2>&1');
+}
+sleep 3;
+my $old = $dep->primary;
+my $switch_at = time;
+my $new = $dep->failover(timeout => 30);
+isnt($new->port, $old->port, 'SENTINEL FAILOVER promoted a replica');
+ok(RlockTest::wait_until(
+		sub { port_of(status($na, 'redis_address')) eq $new->port
+			  && status($na, 'command_connection') eq 'ready' },
+		15),
+	'rlock follows the failover to the new primary');
+my $followed = time - $switch_at;
+like(status($na, 'last_failover'),
+	qr/^127\.0\.0\.1:${\ $old->port} -> 127\.0\.0\.1:${\ $new->port}$/,
+	'rlock_status shows the last failover');
+$_->finish for @runs;
+
+my @spans;
+for my $node ($na, $nb)
+{
+	push @spans, map { [ split /\|/ ] } split /\n/,
+	  $node->safe_psql('postgres',
+		"SELECT node, extract(epoch FROM s), extract(epoch FROM e) FROM spans");
+}
+@spans = sort { $a->[1] <=> $b->[1] } @spans;
+my $overlaps = 0;
+for my $i (1 .. $#spans)
+{
+	$overlaps++ if $spans[$i][1] < $spans[ $i - 1 ][2];
+}
+my @after = grep { $_->[1] > $switch_at + $followed } @spans;
+cmp_ok(scalar(@spans), '>', 50, scalar(@spans) . ' critical sections ran');
+ok(@after > 0, scalar(@after) . ' of them after rlock followed the failover');
+is($overlaps, 0, 'no two critical sections overlapped across the failover');
+diag("failover followed in ${followed}s; " . scalar(@spans) . " sections, "
+	  . scalar(@after) . " after");
+
+# the holds were on the replicas: the new primary has them
+my $mine = $new->holds('fo:kept');
+is(scalar(keys %$mine), 1, 'the held transaction lock is on the new primary');
+is(scalar(keys %{ $new->holds('fo:session') }), 1,
+	'the session lock is on the new primary');
+$holder->query('COMMIT');
+is($holder->{stderr}, '', 'its commit is clean: the lock was kept');
+my ($wout, $werr) = RlockTest::collect($waiter);
+is($wout, 't', 'the waiter on the other instance got the lock after the switch')
+  or diag($werr);
+$waiter->query('COMMIT');
+ok($dep->wait_converted($old, 30), 'the old primary became a replica');
+
+#---- a hold lost in a failover, taken by someone else ----
+
+# The node below asks only Sentinel 2; frozen, it cannot tell rlock about
+# the failover until the lock was taken on the new primary.
+my $nc = sentinel_node('sentinel_c', "127.0.0.1:$sp[2]",
+	"rlock.sync_replicas = 'off'");
+ok(RlockTest::wait_for_redis($nc, 15), 'a third instance, asking one Sentinel');
+my $lose = $nc->background_psql('postgres', on_error_stop => 0);
+$lose->query_safe('\set VERBOSITY verbose');
+$dep->lose_writes_setup;
+$lose->query_safe("BEGIN; SELECT rlock_lock('fo:lost')");
+my $before = $dep->primary;
+is(scalar(keys %{ $before->holds('fo:lost') }), 1,
+	'the lock is on the primary only');
+$dep->sentinel_freeze(2);
+my $promoted = $dep->lose_writes_finish(timeout => 30);
+is($promoted->cmd('EXISTS', 'fo:lost'), 0,
+	'the promoted replica never had the lock');
+$promoted->cmd('HSET', 'fo:lost', 'someone-else:1', '1');
+$promoted->cmd('PEXPIRE', 'fo:lost', '60000');
+$dep->sentinel_thaw(2);
+ok(RlockTest::wait_until(
+		sub { port_of(status($nc, 'redis_address')) eq $promoted->port
+			  && status($nc, 'command_connection') eq 'ready' },
+		20),
+	'rlock follows the failover once its Sentinel answers');
+$lose->query('COMMIT');
+like($lose->{stderr}, qr/ERROR:  40001: lock "fo:lost" was lost before the transaction committed/,
+	'the lock taken by someone else in between: 40001 at commit');
+is_deeply($promoted->owners('fo:lost'), ['someone-else:1'],
+	'and the other owner keeps it');
+$promoted->cmd('DEL', 'fo:lost');
+$lose->quit;
+
+#---- errors: a primary no Sentinel knows, one that is down, no Sentinel ----
+
+sub fails_within
+{
+	my ($node, $what, $pattern) = @_;
+	my ($rc, $out, $err, $took) =
+	  RlockTest::timed_psql($node, "SELECT rlock_try('err:k')");
+	like($err, $pattern, "$what: a lock fails with the reason");
+	cmp_ok($took, '<', 1 + 1.5, "$what: within rlock.connect_timeout ($took s)");
+}
+
+$nc->safe_psql('postgres', "ALTER SYSTEM SET rlock.sentinel_master = 'nosuch'; SELECT pg_reload_conf()");
+ok(RlockTest::wait_until(sub { status($nc, 'last_error') =~ /monitors no primary named "nosuch"/ }, 10),
+	'a primary the Sentinel does not know: rlock_status says so')
+  or diag(status($nc, 'last_error'));
+fails_within($nc, 'unknown primary',
+	qr/ERROR:  08006: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at .*monitors no primary named "nosuch"/s);
+
+my $dead_port = RlockTest::free_port();
+$dep->sentinel_cmd($_, 'SENTINEL', 'MONITOR', 'ghost', '127.0.0.1', $dead_port, 2)
+  for 0 .. 2;
+$nc->safe_psql('postgres', "ALTER SYSTEM SET rlock.nodes = '" . $dep->nodes_setting . "'; ALTER SYSTEM SET rlock.sentinel_master = 'ghost'; SELECT pg_reload_conf()");
+fails_within($nc, 'a primary that is down',
+	qr/ERROR:  08006: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at 127\.0\.0\.1:$dead_port: .*refused/s);
+$dep->sentinel_cmd($_, 'SENTINEL', 'REMOVE', 'ghost') for 0 .. 2;
+
+$nc->safe_psql('postgres', "ALTER SYSTEM SET rlock.nodes = '127.0.0.1:$dead_port,127.0.0.1:" . RlockTest::free_port() . "'; ALTER SYSTEM SET rlock.sentinel_master = 'main'; SELECT pg_reload_conf()");
+fails_within($nc, 'no Sentinel up',
+	qr/ERROR:  08006: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at .*no Sentinel named the primary "main" yet; the last one tried, at 127\.0\.0\.1:\d+: .*refused/s);
+
+# bad values are refused when set
+for my $bad (
+	[ 'rlock.nodes', 'sentinel-without-port', qr/names no port: write host:port/ ],
+	[ 'rlock.nodes', 'a:1,,b:2', qr/empty entry/ ],
+	[ 'rlock.nodes', '::1:26379', qr/IPv6 address in brackets/ ],
+	[ 'rlock.nodes', 'a:70000', qr/no valid port/ ],
+	[ 'rlock.sync_replicas', 'many', qr/"off", "auto" or a number/ ],
+	[ 'rlock.sync_replicas', '65', qr/from 1 to 64/ ],
+	[ 'rlock.topology', 'cluster', qr/invalid value for parameter "rlock.topology"/ ])
+{
+	my ($name, $value, $why) = @$bad;
+	my ($brc, $bout, $berr) =
+	  RlockTest::timed_psql($nc, "ALTER SYSTEM SET $name = '$value'");
+	like($berr, qr/22023.*\Q$name\E.*$why|22023.*$why/s, "$name = '$value' is refused");
+}
+
+$holder->quit;
+$waiter->quit;
+$_->stop for ($na, $nb, $nc);
+$dep->stop;
+done_testing();
