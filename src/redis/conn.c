@@ -256,8 +256,12 @@ server_settings_changed(RlockServer *srv)
 		strcmp(srv->tls_server_name, rlock_tls_server_name) != 0;
 }
 
-static void
-server_forget_settings(RlockServer *srv)
+/*
+ * Free what server_configure() (or sentinel.c for a Sentinel) copied from
+ * the settings.
+ */
+void
+rlock_server_forget(RlockServer *srv)
 {
 	pfree(srv->host);
 	pfree(srv->unix_socket);
@@ -470,7 +474,7 @@ rlock_redis_reload(void)
 		conns[i]->quiet_drop = true;	/* logged above, not a failure */
 		conn_close(conns[i], "connection settings changed", true);
 	}
-	server_forget_settings(server);
+	rlock_server_forget(server);
 	server_configure(server);
 	rlock_sentinel_configure();
 	conns[RLOCK_USE_SENTINEL]->server = rlock_sentinel_server();

@@ -265,6 +265,7 @@ extern RlockConn *rlock_redis_conn(RlockConnUse use);
 extern RlockServer *rlock_redis_data_server(void);
 extern void rlock_redis_master_moved(const char *host, int port);
 extern char *rlock_redis_strdup(const char *s);
+extern void rlock_server_forget(RlockServer *srv);
 
 /* handshake.c, for the sync connection */
 extern void rlock_handshake_role(RlockConn *conn);

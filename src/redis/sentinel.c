@@ -176,21 +176,6 @@ node_init(SentinelNode *node, const char *host, int port, bool configured)
 	node->seen_up = -1;
 }
 
-static void
-node_forget(SentinelNode *node)
-{
-	RlockServer *srv = &node->srv;
-
-	pfree(srv->host);
-	pfree(srv->unix_socket);
-	pfree(srv->username);
-	pfree(srv->password_file);
-	pfree(srv->tls_ca_file);
-	pfree(srv->tls_cert_file);
-	pfree(srv->tls_key_file);
-	pfree(srv->tls_server_name);
-}
-
 /*
  * Take the settings: the Sentinels to ask and the primary's name.  The
  * primary is not known again until a Sentinel names it.
@@ -204,7 +189,7 @@ rlock_sentinel_configure(void)
 	int			i;
 
 	for (i = 0; i < nnodes; i++)
-		node_forget(&nodes[i]);
+		rlock_server_forget(&nodes[i].srv);
 	nnodes = nconfigured = current = 0;
 	conf_topology = rlock_topology;
 	conf_set(&conf_nodes, rlock_nodes);

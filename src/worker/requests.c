@@ -233,12 +233,16 @@ worker_set_state(WorkerReq *req, ReqState state)
 static TimestampTz
 worker_unanswered_deadline(WorkerReq *req)
 {
+	int			ask;
+
 	if (req->unanswered_since == 0)
 		return 0;
+	/* a synced acquisition's WAIT may take rlock.sync_timeout more */
 	return TimestampTzPlusMilliseconds(req->unanswered_since,
 									   (int64) rlock_command_timeout +
 									   rlock_connect_timeout +
-									   (rlock_sync_replicas != RLOCK_SYNC_OFF ?
+									   (req->op == RLOCK_OP_ACQUIRE &&
+										rlock_redis_sync_need(&ask) > 0 ?
 										rlock_sync_timeout : 0));
 }
 
