@@ -107,7 +107,7 @@ test:
 
 # the tests against the real Redisson (Java) and node-redisson only
 interop:
-	RLOCK_TAP="034 035 036" test/harness/run-tests
+	RLOCK_TAP="034 035 036 039" test/harness/run-tests
 
 demo:
 	test/demo/run-demo

@@ -172,6 +172,7 @@ extern RlockConn *rlock_redis_sync_conn(void);
 extern int	rlock_redis_sync_need(int *ask);
 extern void rlock_redis_sync_acks(int acks);
 extern const char *rlock_redis_address(void);
+extern bool rlock_redis_failover_awaited(void);
 extern void rlock_redis_tick(TimestampTz now);
 extern TimestampTz rlock_redis_next_tick(void);
 extern void rlock_redis_flush(void);

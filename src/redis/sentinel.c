@@ -268,6 +268,17 @@ rlock_sentinel_master_known(void)
 }
 
 /*
+ * May the primary come back under another address: a Sentinel answers,
+ * and will name the replica it promotes.  Waiters keep their place then.
+ */
+bool
+rlock_redis_failover_awaited(void)
+{
+	return rlock_sentinel_active() &&
+		rlock_conn_ready(rlock_redis_conn(RLOCK_USE_SENTINEL));
+}
+
+/*
  * Why the data connections wait: no primary named yet, and why.
  */
 const char *

@@ -1537,6 +1537,36 @@ worker_take_slot(int slot)
 		worker_forget(req);
 }
 
+/*
+ * Does a request that found no connection in time keep waiting for one?
+ * An acquisition still inside its wait does while a Sentinel answers: a
+ * failover takes the Sentinels' down-after time and a vote, longer than
+ * rlock.connect_timeout, and the waiter would lose its place for nothing.
+ * Everything else fails, as with a single server.
+ */
+static bool
+worker_awaits_failover(WorkerReq *req, TimestampTz now)
+{
+	return req->op == RLOCK_OP_ACQUIRE &&
+		(req->wait_until == 0 || now < req->wait_until) &&
+		!rlock_conn_ready(rlock_redis_command_conn()) &&
+		rlock_redis_failover_awaited();
+}
+
+/*
+ * When to look again: after rlock.connect_timeout (the Sentinels may
+ * stop answering meanwhile), at the latest when the wait ends.
+ */
+static TimestampTz
+worker_failover_recheck(WorkerReq *req, TimestampTz now)
+{
+	TimestampTz at = TimestampTzPlusMilliseconds(now, rlock_connect_timeout);
+
+	if (req->wait_until != 0 && req->wait_until < at)
+		at = req->wait_until;
+	return at;
+}
+
 void
 worker_fire_timers(TimestampTz now)
 {
@@ -1548,7 +1578,9 @@ worker_fire_timers(TimestampTz now)
 			break;
 		worker_timer_cancel(req);
 
-		if (req->state == REQ_PENDING || req->state == REQ_INFLIGHT)
+		if (req->state == REQ_PENDING && worker_awaits_failover(req, now))
+			worker_timer_set(req, worker_failover_recheck(req, now));
+		else if (req->state == REQ_PENDING || req->state == REQ_INFLIGHT)
 			worker_complete_unreachable(req);	/* its deadline passed */
 		else if (req->state == REQ_WAITING)
 		{

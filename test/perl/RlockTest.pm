@@ -24,6 +24,7 @@ use strict;
 use warnings;
 
 use IO::Socket::INET;
+use IPC::Run ();
 use POSIX ();
 use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
@@ -199,6 +200,110 @@ sub overlapping_spans
 			SELECT s < lag(e) OVER (PARTITION BY k ORDER BY s) AS overlap
 			FROM spans) x
 		WHERE overlap});
+}
+
+# Guarded load: pgbench clients on several instances take lock $key in
+# every transaction and, when they got it, run a short critical section.
+# Each section is a row of table spans (node, s, e) when its transaction
+# commits, and a server log line "rlock-span <node> <s> <e>" in any case:
+# the rows are what the data saw, the log lines every section that ran,
+# even those whose commit then failed (a lock lost: 40001).  Options:
+# seconds (12), clients per instance (3), lease ('10s'), dir (for the
+# scripts).  Returns the pgbench harnesses; finish them with
+# guarded_load_finish.
+sub guarded_load_start
+{
+	my ($nodes, $key, %opt) = @_;
+	my $dir = $opt{dir} // PostgreSQL::Test::Utils::tempdir();
+	my @runs;
+	for my $node (@$nodes)
+	{
+		$node->safe_psql('postgres', q{
+			CREATE TABLE IF NOT EXISTS spans (node text, s timestamptz, e timestamptz);
+			CREATE OR REPLACE FUNCTION try_lock(k text, lease text)
+			RETURNS int LANGUAGE plpgsql AS $$
+			BEGIN
+				PERFORM rlock_lock(k, lease::interval);
+				RETURN 1;
+			EXCEPTION WHEN OTHERS THEN
+				RETURN 0;
+			END $$;
+			CREATE OR REPLACE FUNCTION span(who text, s float8)
+			RETURNS void LANGUAGE plpgsql AS $$
+			DECLARE
+				e timestamptz := clock_timestamp();
+			BEGIN
+				INSERT INTO spans VALUES (who, to_timestamp(s), e);
+				RAISE LOG 'rlock-span % % %', who, s, extract(epoch FROM e);
+			END $$;
+			TRUNCATE spans;
+		});
+		my $name = $node->name;
+		my $script = "$dir/$name.sql";
+		open(my $fh, '>', $script) or die "$script: $!";
+		print $fh "BEGIN;\n"
+		  . "SELECT try_lock('$key', '" . ($opt{lease} // '10s') . "') AS got \\gset\n"
+		  . "\\if :got\n"
+		  . "SELECT extract(epoch FROM clock_timestamp()) AS s \\gset\n"
+		  . "SELECT pg_sleep(0.002);\n"
+		  . "SELECT span('$name', :s);\n"
+		  . "\\endif\n"
+		  . "COMMIT;\n";
+		close $fh;
+		my $out = '';
+		push @runs, {
+			node => $node,
+			log_from => -s $node->logfile,
+			out => \$out,
+			h => IPC::Run::start(
+				[ 'pgbench', '-n', '-c', $opt{clients} // 3, '-j', '1',
+				  '-T', $opt{seconds} // 12, '-f', $script,
+				  '-h', $node->host, '-p', $node->port, 'postgres' ],
+				'<', \undef, '>&', \$out) };
+	}
+	return \@runs;
+}
+
+# Wait for the runs of guarded_load_start to end; returns a summary:
+# committed and ran (the spans, as [node, s, e] sorted by start), their
+# overlaps (a section that began before the one before it ended), and
+# failed (transactions pgbench counted as failed: serialization failures,
+# that is locks lost at commit), aborted (pgbench clients stopped by
+# another error) and output (pgbench's).
+sub guarded_load_finish
+{
+	my ($runs) = @_;
+	my (@committed, @ran, $failed, $aborted);
+	for my $run (@$runs)
+	{
+		$run->{h}->finish;
+		my $node = $run->{node};
+		my $name = $node->name;
+		push @committed, map { [ split /\|/ ] } split /\n/,
+		  $node->safe_psql('postgres',
+			"SELECT node, extract(epoch FROM s), extract(epoch FROM e) FROM spans");
+		my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile,
+			$run->{log_from});
+		push @ran, [ $1, $2, $3 ]
+		  while $log =~ /rlock-span (\S+) (\S+) (\S+)$/mg;
+		$failed += $1
+		  if ${ $run->{out} } =~ /number of failed transactions: (\d+)/;
+		$aborted += () = ${ $run->{out} } =~ /^pgbench: error: client \d+ aborted/mg;
+	}
+	my %r = (failed => $failed // 0, aborted => $aborted // 0, output => join('', map { ${ $_->{out} } } @$runs));
+	for ([ committed => \@committed ], [ ran => \@ran ])
+	{
+		my ($what, $spans) = @$_;
+		my @sorted = sort { $a->[1] <=> $b->[1] } @$spans;
+		my $overlaps = 0;
+		for my $i (1 .. $#sorted)
+		{
+			$overlaps++ if $sorted[$i][1] < $sorted[ $i - 1 ][2];
+		}
+		$r{$what} = \@sorted;
+		$r{"${what}_overlaps"} = $overlaps;
+	}
+	return \%r;
 }
 
 # Wait until a session can take $n locks at once (prefix "$prefix"), then

@@ -18,16 +18,15 @@ use strict;
 use warnings;
 
 use File::Temp ();
-use IPC::Run ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
 use RlockTest::Sentinel;
 
-if (RlockTest::TLS::everywhere())
-{
-	plan skip_all => 'Sentinels speak plain TCP here';
-}
+# In the TLS round everything speaks TLS: the data nodes, the Sentinels,
+# and rlock to both (rlock.tls and rlock.sentinel_tls); a last instance
+# there reaches the Sentinels on their plain ports and the data over TLS.
+my $tls = RlockTest::TLS::everywhere();
 
 my $dir = File::Temp::tempdir(CLEANUP => 1);
 mkdir "$PostgreSQL::Test::Utils::tmp_check/redis";
@@ -61,6 +60,7 @@ sub sentinel_node
 			"rlock.password_file = '$data_pw'",
 			"rlock.sync_replicas = '1'",
 			"rlock.sync_timeout = '1s'",
+			($tls ? "rlock.sentinel_tls = 'verify-full'" : ()),
 			@conf ]);
 }
 
@@ -92,7 +92,7 @@ my $row = status($na,
 	"topology, redis_address, sentinel, sentinels_known, redis_role, replicas");
 my ($topology, $address, $sentinel, $known, $role, $replicas) = split /\|/, $row;
 is($topology, 'sentinel', 'rlock_status: topology sentinel');
-is(port_of($address), $primary->port, 'rlock_status: the primary the Sentinels name');
+is(port_of($address), $primary->rlock_port, 'rlock_status: the primary the Sentinels name');
 isnt(port_of($sentinel), $sp[0], 'rlock_status: a Sentinel that is up was asked');
 is($known, 3, 'rlock_status: the three Sentinels known');
 is($role, 'master', 'rlock_status: the server is a primary');
@@ -142,19 +142,6 @@ ok(RlockTest::wait_until(sub { status($na, 'sync_connection') eq 'ready' }, 5),
 
 my $nb = sentinel_node('sentinel_b', $dep->nodes_setting);
 ok(RlockTest::wait_for_redis($nb, 15), 'a second instance finds the primary');
-for my $node ($na, $nb)
-{
-	$node->safe_psql('postgres', q{
-		CREATE TABLE spans (node text, s timestamptz, e timestamptz);
-		CREATE FUNCTION try_lock(k text) RETURNS int LANGUAGE plpgsql AS $$
-		BEGIN
-			PERFORM rlock_lock(k, '10s');
-			RETURN 1;
-		EXCEPTION WHEN OTHERS THEN
-			RETURN 0;
-		END $$;
-	});
-}
 
 # a transaction lock and a session lock held across the switch, and a
 # waiter on the first in the other instance
@@ -167,61 +154,32 @@ ok(RlockTest::wait_until(sub { $dep->primary->subscribers('fo:kept') >= 1 }, 10)
 	'the waiter is subscribed on the primary');
 
 # pgbench on both instances through the failover
-my @runs;
-for my $node ($na, $nb)
-{
-	my $script = "$dir/" . $node->name . '.sql';
-	open(my $fh, '>', $script) or die $!;
-	print $fh "BEGIN;\n"
-	  . "SELECT try_lock('fo:counter') AS got \\gset\n"
-	  . "\\if :got\n"
-	  . "SELECT extract(epoch FROM clock_timestamp()) AS s \\gset\n"
-	  . "SELECT pg_sleep(0.002);\n"
-	  . "INSERT INTO spans VALUES ('" . $node->name . "', to_timestamp(:s), clock_timestamp());\n"
-	  . "\\endif\n"
-	  . "COMMIT;\n";
-	close $fh;
-	push @runs,
-	  IPC::Run::start(
-		[ 'pgbench', '-n', '-c', '3', '-j', '1', '-T', '12', '-f', $script,
-		  '-h', $node->host, '-p', $node->port, 'postgres' ],
-		'>', "$dir/" . $node->name . '.out', '2>&1');
-}
+my $runs = RlockTest::guarded_load_start([ $na, $nb ], 'fo:counter',
+	seconds => 12, dir => $dir);
 sleep 3;
 my $old = $dep->primary;
 my $switch_at = time;
 my $new = $dep->failover(timeout => 30);
 isnt($new->port, $old->port, 'SENTINEL FAILOVER promoted a replica');
 ok(RlockTest::wait_until(
-		sub { port_of(status($na, 'redis_address')) eq $new->port
+		sub { port_of(status($na, 'redis_address')) eq $new->rlock_port
 			  && status($na, 'command_connection') eq 'ready' },
 		15),
 	'rlock follows the failover to the new primary');
 my $followed = time - $switch_at;
 like(status($na, 'last_failover'),
-	qr/^127\.0\.0\.1:${\ $old->port} -> 127\.0\.0\.1:${\ $new->port}$/,
+	qr/^127\.0\.0\.1:${\ $old->rlock_port} -> 127\.0\.0\.1:${\ $new->rlock_port}$/,
 	'rlock_status shows the last failover');
-$_->finish for @runs;
-
-my @spans;
-for my $node ($na, $nb)
-{
-	push @spans, map { [ split /\|/ ] } split /\n/,
-	  $node->safe_psql('postgres',
-		"SELECT node, extract(epoch FROM s), extract(epoch FROM e) FROM spans");
-}
-@spans = sort { $a->[1] <=> $b->[1] } @spans;
-my $overlaps = 0;
-for my $i (1 .. $#spans)
-{
-	$overlaps++ if $spans[$i][1] < $spans[ $i - 1 ][2];
-}
-my @after = grep { $_->[1] > $switch_at + $followed } @spans;
-cmp_ok(scalar(@spans), '>', 50, scalar(@spans) . ' critical sections ran');
+my $load = RlockTest::guarded_load_finish($runs);
+my @after = grep { $_->[1] > $switch_at + $followed } @{ $load->{committed} };
+cmp_ok(scalar(@{ $load->{committed} }), '>', 50,
+	scalar(@{ $load->{committed} }) . ' critical sections committed');
 ok(@after > 0, scalar(@after) . ' of them after rlock followed the failover');
-is($overlaps, 0, 'no two critical sections overlapped across the failover');
-diag("failover followed in ${followed}s; " . scalar(@spans) . " sections, "
-	  . scalar(@after) . " after");
+is($load->{ran_overlaps}, 0,
+	'no two critical sections overlapped across the failover');
+is($load->{failed}, 0, 'no lock was lost at commit');
+diag("failover followed in ${followed}s; " . scalar(@{ $load->{ran} })
+	  . " sections ran, " . scalar(@after) . " after");
 
 # the holds were on the replicas: the new primary has them
 my $mine = $new->holds('fo:kept');
@@ -258,7 +216,7 @@ $promoted->cmd('HSET', 'fo:lost', 'someone-else:1', '1');
 $promoted->cmd('PEXPIRE', 'fo:lost', '60000');
 $dep->sentinel_thaw(2);
 ok(RlockTest::wait_until(
-		sub { port_of(status($nc, 'redis_address')) eq $promoted->port
+		sub { port_of(status($nc, 'redis_address')) eq $promoted->rlock_port
 			  && status($nc, 'command_connection') eq 'ready' },
 		20),
 	'rlock follows the failover once its Sentinel answers');
@@ -314,6 +272,20 @@ for my $bad (
 	my ($brc, $bout, $berr) =
 	  RlockTest::timed_psql($nc, "ALTER SYSTEM SET $name = '$value'");
 	like($berr, qr/22023.*\Q$name\E.*$why|22023.*$why/s, "$name = '$value' is refused");
+}
+
+# Sentinels reached in plain TCP, the data over TLS: the two are set
+# apart
+if ($tls)
+{
+	my $nd = sentinel_node('sentinel_d',
+		join(',', map { "127.0.0.1:$_" } $dep->sentinel_plain_ports),
+		"rlock.sentinel_tls = 'off'");
+	ok(RlockTest::wait_for_redis($nd, 15),
+		'Sentinels in plain TCP, data nodes over TLS: a lock works');
+	like(status($nd, 'redis_address'), qr/:${\ $dep->primary->rlock_port}$/,
+		'the primary at its TLS port');
+	$nd->stop;
 }
 
 $holder->quit;

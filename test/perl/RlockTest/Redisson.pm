@@ -75,6 +75,26 @@ sub start
 	return $class->_spawn(@cmd);
 }
 
+# Start a driver whose clients find the primary through the Sentinels of
+# deployment $dep (RlockTest::Sentinel), as useSentinelServers does;
+# options as for start, and data_password and sentinel_password.
+sub start_sentinel
+{
+	my ($class, $dep, %opt) = @_;
+	my $version = $opt{version} // $VERSIONS[0];
+	return $class->_spawn(
+		'java', '-cp', build($version), 'rlock.interop.Driver',
+		'--redis',
+		join(',', map { "redis://127.0.0.1:$_" } $dep->sentinel_ports),
+		'--sentinel', $dep->master_name,
+		'--codec', $opt{codec} // 'default',
+		'--watchdog', $opt{watchdog} // 30000,
+		(defined $opt{data_password}
+			? ('--password', $opt{data_password}) : ()),
+		(defined $opt{sentinel_password}
+			? ('--sentinel-password', $opt{sentinel_password}) : ()));
+}
+
 # Install node-redisson (test/interop/node: the versions its lock file
 # pins) into test/out/interop/node, once per run, and return the driver.
 sub build_node

@@ -34,14 +34,22 @@ use File::Temp ();
 use POSIX ();
 use Time::HiRes qw(time usleep);
 use RlockTest::Redis;
+use RlockTest::TLS;
 use RlockTest::Resp;
 
 # Start the deployment; options: dir (for the servers' files and logs; a
 # temporary one by default), replicas (2), sentinels (3), master_name
 # ('main'), data_password and sentinel_password (none), down_after_ms
 # (1000), failover_timeout_ms (5000), args (extra command line arguments
-# for every data node).  Returns once every replica is in sync and every
-# Sentinel names the primary and knows the replicas and its peers.
+# for every data node), tls (everything speaks TLS: the data nodes, the
+# Sentinels, and between them; on by default when the whole suite runs
+# over TLS).  Returns once every replica is in sync and every Sentinel
+# names the primary and knows the replicas and its peers.
+#
+# With tls, every server keeps a plain port for the tests' own commands;
+# the Sentinels and the replicas announce their TLS ports, so every
+# address a Sentinel gives out is a TLS one (port: see rlock_port in
+# RlockTest::Redis).
 sub start
 {
 	my ($class, %opt) = @_;
@@ -53,6 +61,7 @@ sub start
 		failover_timeout => $opt{failover_timeout_ms} // 5000,
 		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
 		args => $opt{args} // [],
+		tls => $opt{tls} // RlockTest::TLS::everywhere(),
 		nodes => [],
 		sentinels => [],
 	}, $class;
@@ -72,23 +81,26 @@ sub start
 	for my $i (0 .. $n - 1)
 	{
 		my $port = RlockTest::free_port();
+		my $tls_port = $self->{tls} ? RlockTest::free_port() : undef;
 		# Sentinel rewrites its own configuration file (peers, replicas,
 		# epochs, its id): start_sentinel after a stop reuses all that.
 		my $conf = "$self->{dir}/sentinel$i.conf";
 		open(my $fh, '>', $conf) or die "$conf: $!";
 		print $fh join("\n",
 			"port $port", 'bind 127.0.0.1', "dir $self->{dir}",
+			$self->_sentinel_tls_conf($tls_port),
 			(defined $self->{sentinel_pw}
 				? "requirepass $self->{sentinel_pw}" : ()),
 			"sentinel monitor $self->{name} 127.0.0.1 "
-			  . $primary->port . " $self->{quorum}",
+			  . $primary->rlock_port . " $self->{quorum}",
 			(defined $self->{data_pw}
 				? "sentinel auth-pass $self->{name} $self->{data_pw}" : ()),
 			"sentinel down-after-milliseconds $self->{name} $self->{down_after}",
 			"sentinel failover-timeout $self->{name} $self->{failover_timeout}",
 			"sentinel parallel-syncs $self->{name} 1", '');
 		close $fh;
-		push @{ $self->{sentinels} }, { port => $port, conf => $conf };
+		push @{ $self->{sentinels} },
+		  { port => $port, tls_port => $tls_port, conf => $conf };
 		$self->start_sentinel($i);
 	}
 	# Sentinels find each other through hello messages published on the
@@ -109,7 +121,7 @@ sub start
 					$self->sentinel_cmd($i, 'SENTINEL', 'REPLICAS',
 						$self->{name});
 				};
-				return defined $port && $port == $primary->port
+				return defined $port && $port == $primary->rlock_port
 				  && ref $s eq 'ARRAY' && @$s == $others
 				  && ref $r eq 'ARRAY' && @$r == $nrep;
 			},
@@ -127,6 +139,7 @@ sub _start_data
 	my $dir = "$self->{dir}/data" . scalar(@{ $self->{nodes} });
 	mkdir $dir;
 	return RlockTest::Redis->start(
+		tls => $self->{tls},
 		args => [ $self->_data_args($primary) ],
 		password => $self->{data_pw},
 		dir => $dir);
@@ -141,12 +154,38 @@ sub _data_args
 			? ('--requirepass', $self->{data_pw},
 				'--masterauth', $self->{data_pw})
 			: ()),
+		($self->{tls} ? ('--tls-replication', 'yes') : ()),
 		@{ $self->{args} },
-		($primary ? ('--replicaof', '127.0.0.1', $primary->port) : ()));
+		($primary ? ('--replicaof', '127.0.0.1', $primary->rlock_port) : ()));
+}
+
+# A Sentinel's configuration lines for TLS: it listens on $tls_port too,
+# reaches the data nodes and its peers over TLS, and tells its peers (and
+# so SENTINEL SENTINELS) its TLS port.
+sub _sentinel_tls_conf
+{
+	my ($self, $tls_port) = @_;
+	return () unless $self->{tls};
+	my $certs = RlockTest::TLS::certs();
+	return (
+		"tls-port $tls_port",
+		"tls-cert-file $certs->{server_crt}",
+		"tls-key-file $certs->{server_key}",
+		"tls-ca-cert-file $certs->{ca}",
+		'tls-auth-clients no',
+		'tls-replication yes');
 }
 
 sub master_name { $_[0]{name} }
-sub sentinel_ports { map { $_->{port} } @{ $_[0]{sentinels} } }
+
+# The Sentinels' ports for rlock (the TLS ones with tls), in order.
+sub sentinel_ports
+{
+	return map { $_->{tls_port} // $_->{port} } @{ $_[0]{sentinels} };
+}
+
+# The Sentinels' plain ports, in order.
+sub sentinel_plain_ports { map { $_->{port} } @{ $_[0]{sentinels} } }
 
 # The data nodes (RlockTest::Redis), as an array reference; the first is
 # the primary the deployment started with.
@@ -196,7 +235,7 @@ sub _live
 sub _node_by_port
 {
 	my ($self, $port) = @_;
-	my ($node) = grep { $_->port == $port } @{ $self->{nodes} };
+	my ($node) = grep { $_->rlock_port == $port } @{ $self->{nodes} };
 	return $node;
 }
 
@@ -315,7 +354,7 @@ sub wait_switch
 			return 0 unless ref $role eq 'ARRAY' && $role->[0] eq 'master';
 			for my $i (@live)
 			{
-				return 0 unless $self->_settled($i, $new->port);
+				return 0 unless $self->_settled($i, $new->rlock_port);
 			}
 			return 1;
 		},
@@ -378,7 +417,7 @@ sub failover
 		usleep(200_000);
 	}
 	my $left = $deadline - time;
-	return $self->wait_switch($old->port, $left > 1 ? $left : 1);
+	return $self->wait_switch($old->rlock_port, $left > 1 ? $left : 1);
 }
 
 # SIGKILL the primary and wait until the Sentinels have promoted another
@@ -389,7 +428,7 @@ sub kill_primary
 	my ($self, %opt) = @_;
 	my $old = $self->primary;
 	$old->kill9;
-	return $self->wait_switch($old->port, $opt{timeout} // 30);
+	return $self->wait_switch($old->rlock_port, $opt{timeout} // 30);
 }
 
 # Start data node $node again, empty, on its port, as a replica of the
@@ -414,7 +453,7 @@ sub restart_node
 		if ($arg eq '--replicaof') { splice(@args, 0, 2); next; }
 		push @keep, $arg;
 	}
-	$node->{args} = [ @keep, '--replicaof', '127.0.0.1', $primary->port ];
+	$node->{args} = [ @keep, '--replicaof', '127.0.0.1', $primary->rlock_port ];
 	$node->restart;
 	$self->wait_synced($node, $timeout)
 	  or die 'restarted node on port ' . $node->port . ' did not sync';
@@ -424,7 +463,7 @@ sub restart_node
 		sub {
 			for my $i ($self->_live)
 			{
-				my $flags = $self->_replica_flags($i, $node->port);
+				my $flags = $self->_replica_flags($i, $node->rlock_port);
 				return 0 unless defined $flags && $flags eq 'slave';
 			}
 			return 1;
@@ -518,7 +557,7 @@ sub lose_writes_finish
 	my $old = $self->{losing} or die 'lose_writes_setup was not called';
 	$old->freeze;
 	$_->thaw for @{ $self->{frozen_replicas} };
-	my $new = $self->wait_switch($old->port, $timeout);
+	my $new = $self->wait_switch($old->rlock_port, $timeout);
 	$old->thaw;
 	$self->wait_converted($old, $timeout)
 	  or die 'the old primary was not converted to a replica';

@@ -23,7 +23,10 @@
  *
  * Options: --redis redis://host:port, --codec default|string (the codec
  * the clients are configured with), --watchdog ms (lockWatchdogTimeout),
- * --jdbc url (for "stress").
+ * --jdbc url (for "stress").  With --sentinel name the clients find the
+ * primary of that name through the Sentinels --redis lists, comma
+ * separated, as useSentinelServers does; --password is the data nodes'
+ * password and --sentinel-password the Sentinels'.
  *
  * Copyright (c) 2026, rlock developers
  */
@@ -60,6 +63,10 @@ public final class Driver
 	private final long watchdogMs;
 	private final String jdbcUrl;
 	private final PrintStream out;
+	/* the Sentinels' name for the primary, or null: one server */
+	private String sentinelMaster;
+	private String password;
+	private String sentinelPassword;
 
 	private final Map<String, RedissonClient> clients = new ConcurrentHashMap<>();
 	private final Map<String, ExecutorService> actors = new ConcurrentHashMap<>();
@@ -82,6 +89,9 @@ public final class Driver
 		String codec = "default";
 		long watchdog = 30000;
 		String jdbc = null;
+		String sentinel = null;
+		String password = null;
+		String sentinelPassword = null;
 
 		for (int i = 0; i + 1 < args.length; i += 2)
 		{
@@ -91,10 +101,18 @@ public final class Driver
 				case "--codec" -> codec = args[i + 1];
 				case "--watchdog" -> watchdog = Long.parseLong(args[i + 1]);
 				case "--jdbc" -> jdbc = args[i + 1];
+				case "--sentinel" -> sentinel = args[i + 1];
+				case "--password" -> password = args[i + 1];
+				case "--sentinel-password" -> sentinelPassword = args[i + 1];
 				default -> throw new IllegalArgumentException("unknown option " + args[i]);
 			}
 		}
-		new Driver(redis, codec, watchdog, jdbc).run();
+		Driver d = new Driver(redis, codec, watchdog, jdbc);
+
+		d.sentinelMaster = sentinel;
+		d.password = password;
+		d.sentinelPassword = sentinelPassword;
+		d.run();
 	}
 
 	private void run() throws Exception
@@ -209,7 +227,15 @@ public final class Driver
 		return clients.computeIfAbsent(name, k -> {
 			Config config = new Config();
 
-			config.useSingleServer().setAddress(redisAddress);
+			if (sentinelMaster == null)
+				config.useSingleServer().setAddress(redisAddress)
+					.setPassword(password);
+			else
+				config.useSentinelServers()
+					.setMasterName(sentinelMaster)
+					.addSentinelAddress(redisAddress.split(","))
+					.setPassword(password)
+					.setSentinelPassword(sentinelPassword);
 			config.setLockWatchdogTimeout(watchdogMs);
 			if (codec.equals("string"))
 				config.setCodec(StringCodec.INSTANCE);
