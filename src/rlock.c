@@ -398,7 +398,7 @@ rlock_check_sync_replicas(char **newval, void **extra, GucSource source)
 
 		errno = 0;
 		l = strtol(v, &end, 10);
-		if (v[0] == '\0' || *end != '\0' || errno != 0 || l < 0 ||
+		if (!isdigit((unsigned char) v[0]) || *end != '\0' || errno != 0 || l < 0 ||
 			l > RLOCK_SYNC_MAX)
 		{
 			GUC_check_errdetail("Use \"off\", \"auto\" or a number of replicas from 1 to %d.",

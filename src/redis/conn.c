@@ -73,6 +73,8 @@
 
 /* The sync connection asks ROLE for the replicas this often */
 #define RLOCK_ROLE_INTERVAL_MS	1000
+/* the command connection's ROLE, while it looks out for replicas */
+#define RLOCK_ROLE_LOOKOUT_MS	10000
 
 /* The output buffer is compacted once this much of it was written */
 #define RLOCK_OUT_COMPACT		(64 * 1024)
@@ -391,6 +393,16 @@ rlock_redis_sync_need(int *ask)
 }
 
 /*
+ * Was the sync connection lost with acquisitions on the wire, and no new
+ * one made since to close it on the server?
+ */
+bool
+rlock_redis_sync_fence_owed(void)
+{
+	return conns[RLOCK_USE_SYNC]->fence_owed;
+}
+
+/*
  * WAIT said how many replicas confirmed: more than ROLE listed means
  * replicas came since; take the count at once (fewer is left to the next
  * ROLE: a replica may just be slow).
@@ -421,6 +433,8 @@ rlock_redis_master_moved(const char *host, int port)
 	server->host = conn_strdup(host);
 	server->port = port;
 	server->resolved[0] = '\0';
+	/* a lookup of the old primary's name still running is not used */
+	server->resolve_stale = server->resolving;
 	rlock_format_address(server->address, sizeof(server->address), host,
 						 port);
 	for (i = RLOCK_USE_COMMAND; i <= RLOCK_USE_SYNC; i++)
@@ -658,6 +672,9 @@ conn_closed(RlockConn *conn)
 	conn->scripts_seq = 0;
 	conn->sends = 0;
 
+	/* what was on the wire may still run, until a new connection's fence */
+	if (conn->use == RLOCK_USE_SYNC && !dlist_is_empty(&conn->inflight))
+		conn->fence_owed = true;
 	while (!dlist_is_empty(&conn->inflight))
 	{
 		RlockCmd   *cmd = dlist_container(RlockCmd, node,
@@ -823,6 +840,7 @@ rlock_conn_became_ready(RlockConn *conn)
 	if (conn->use == RLOCK_USE_COMMAND || conn->use == RLOCK_USE_SYNC)
 		rlock_handshake_publish_id(conn);
 	conn->state = RLOCK_CONN_READY;
+	conn->fence_owed = false;	/* the handshake closed the old one */
 	conn->ready_at = conn->since = GetCurrentTimestamp();
 	status_dirty = true;
 	conn->error[0] = '\0';
@@ -978,6 +996,20 @@ conn_dispatch_push(RlockConn *conn, RlockReply *reply)
 }
 
 /*
+ * Is this a refusal only a replica gives: a write (READONLY), or WAIT?
+ */
+static bool
+conn_says_replica(const RlockReply *reply)
+{
+	static const char wait_on_replica[] = "ERR WAIT cannot be used with replica";
+
+	return reply->type == RLOCK_REPLY_ERROR &&
+		(strncmp(reply->str, "READONLY", 8) == 0 ||
+		 strncmp(reply->str, wait_on_replica,
+				 sizeof(wait_on_replica) - 1) == 0);
+}
+
+/*
  * One reply read from a connection: hand it to the command it answers.
  */
 static void
@@ -1011,9 +1043,14 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 	if (conn->use == RLOCK_USE_COMMAND)
 		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
 							(uint64) GetCurrentTimestamp());
-	readonly = (reply->type == RLOCK_REPLY_ERROR &&
-				strncmp(reply->str, "READONLY", 8) == 0);
-	cmd->done(conn, cmd, reply);
+	readonly = conn_says_replica(reply);
+
+	/*
+	 * Behind Sentinels a replica's refusal means the primary moved: the
+	 * command did not run, and is answered as lost with its connection,
+	 * to be sent again to the primary the Sentinels name next.
+	 */
+	cmd->done(conn, cmd, readonly && rlock_sentinel_active() ? NULL : reply);
 
 	/*
 	 * The server turned replica (a failover, a DNS name that points
@@ -1154,12 +1191,20 @@ conn_wanted(RlockConn *conn, const char **why)
 			 * behind Sentinels; with "auto" on a standalone server, once
 			 * the primary listed replicas to the command connection.
 			 */
-			if (rlock_sync_replicas == RLOCK_SYNC_OFF)
+			if (conn->fence_owed)
+			{
+				/*
+				 * Acquisitions were on the wire when it was lost: a new
+				 * sync connection's handshake closes the old one on the
+				 * server before their entries are restated, used or not.
+				 */
+			}
+			else if (rlock_sync_replicas == RLOCK_SYNC_OFF)
 				return false;
-			if (rlock_sync_replicas == RLOCK_SYNC_AUTO &&
-				rlock_topology == RLOCK_TOPOLOGY_STANDALONE &&
-				conns[RLOCK_USE_COMMAND]->replicas <= 0 &&
-				conn->state == RLOCK_CONN_DOWN)
+			else if (rlock_sync_replicas == RLOCK_SYNC_AUTO &&
+					 rlock_topology == RLOCK_TOPOLOGY_STANDALONE &&
+					 conns[RLOCK_USE_COMMAND]->replicas <= 0 &&
+					 conn->state == RLOCK_CONN_DOWN)
 				return false;
 			/* FALLTHROUGH */
 		case RLOCK_USE_COMMAND:
@@ -1227,6 +1272,33 @@ conn_timeout_reason(RlockConn *conn)
 		default:
 			return "timed out during the connection handshake";
 	}
+}
+
+/*
+ * Does a ready connection ask ROLE now and then, to know the replicas
+ * "auto" waits for?  The sync connection does; so does the command
+ * connection while the sync one is not made for want of replicas, to see
+ * them come.
+ */
+static bool
+conn_asks_role(RlockConn *conn)
+{
+	if (conn->role_inflight)
+		return false;
+	if (conn->use == RLOCK_USE_SYNC)
+		return true;
+	return conn->use == RLOCK_USE_COMMAND &&
+		rlock_sync_replicas == RLOCK_SYNC_AUTO &&
+		conns[RLOCK_USE_SYNC]->state == RLOCK_CONN_DOWN;
+}
+
+static TimestampTz
+conn_role_due(RlockConn *conn)
+{
+	return TimestampTzPlusMilliseconds(conn->role_at,
+									   conn->use == RLOCK_USE_SYNC ?
+									   RLOCK_ROLE_INTERVAL_MS :
+									   RLOCK_ROLE_LOOKOUT_MS);
 }
 
 /*
@@ -1317,9 +1389,8 @@ conn_tick(RlockConn *conn, TimestampTz now)
 			else if (keepalive && conn->use == RLOCK_USE_COMMAND &&
 					 now >= conn_keepalive_at(conn))
 				rlock_handshake_ping(conn);
-			if (conn->use == RLOCK_USE_SYNC && !conn->role_inflight &&
-				now >= TimestampTzPlusMilliseconds(conn->role_at,
-												   RLOCK_ROLE_INTERVAL_MS))
+			if (conn_asks_role(conn) &&
+				now >= conn_role_due(conn))
 				rlock_handshake_role(conn);
 			break;
 	}
@@ -1362,9 +1433,8 @@ conn_next_tick(RlockConn *conn)
 			}
 			if (keepalive && conn->use == RLOCK_USE_COMMAND)
 				return conn_keepalive_at(conn);
-			if (conn->use == RLOCK_USE_SYNC && !conn->role_inflight)
-				return TimestampTzPlusMilliseconds(conn->role_at,
-												   RLOCK_ROLE_INTERVAL_MS);
+			if (conn_asks_role(conn))
+				return conn_role_due(conn);
 			break;
 	}
 	return DT_NOEND;

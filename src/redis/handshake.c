@@ -298,6 +298,8 @@ handshake_refuse_server(RlockConn *conn, const char *mode, const char *role)
 		why = sentinel ?
 			"the server the Sentinels named is a replica now, not the primary (a failover is under way)" :
 			"the server is a read-only replica: point rlock.host at the primary";
+	else if (role != NULL)
+		why = "the server answered ROLE with no primary's role (\"master\" and its replicas)";
 	if (why != NULL)
 	{
 		rlock_redis_status_error(why);
@@ -455,12 +457,11 @@ handshake_warn_fence(RlockConn *conn, const RlockReply *reply)
 static void
 handshake_role_reply(RlockConn *conn, const RlockReply *reply)
 {
-	const char *role;
+	const char *role = "";
 
-	if (reply->elements == 0 ||
-		reply->element[0]->type != RLOCK_REPLY_STRING)
-		return;
-	role = reply->element[0]->str;
+	if (reply->elements > 0 &&
+		reply->element[0]->type == RLOCK_REPLY_STRING)
+		role = reply->element[0]->str;
 	if (conn->use == RLOCK_USE_COMMAND)
 		rlock_redis_status_server(NULL, role);
 	if (strcmp(role, "master") == 0 && reply->elements >= 3 &&

@@ -171,6 +171,7 @@ extern RlockConn *rlock_redis_subscriber_conn(void);
 extern RlockConn *rlock_redis_sync_conn(void);
 extern int	rlock_redis_sync_need(int *ask);
 extern void rlock_redis_sync_acks(int acks);
+extern bool rlock_redis_sync_fence_owed(void);
 extern const char *rlock_redis_address(void);
 extern bool rlock_redis_failover_awaited(void);
 extern void rlock_redis_tick(TimestampTz now);
@@ -187,5 +188,6 @@ extern const char *rlock_conn_error(RlockConn *conn);
 extern bool rlock_conn_send(RlockConn *conn, RlockCmd *cmd,
 							const RlockArgs *args);
 extern void rlock_conn_fail(RlockConn *conn, const char *what);
+extern void rlock_conn_give_up(RlockConn *conn, const char *reason);
 
 #endif							/* RLOCK_REDIS_H */

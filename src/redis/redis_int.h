@@ -200,6 +200,7 @@ struct RlockConn
 	int64		client_id;		/* CLIENT ID of this connection, 0 if not
 								 * known */
 	int			replicas;		/* replicas ROLE listed, -1 if not known */
+	bool		fence_owed;		/* sync: lost with commands on the wire */
 	TimestampTz role_at;		/* when ROLE was last sent */
 	bool		role_inflight;
 
@@ -225,7 +226,6 @@ extern void rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
 			pg_attribute_printf(2, 3);
 extern void rlock_conn_violation(RlockConn *conn, RlockViolation why,
 								 const char *detail);
-extern void rlock_conn_give_up(RlockConn *conn, const char *reason);
 extern bool rlock_conn_unanswered(RlockConn *conn);
 extern void rlock_conn_became_ready(RlockConn *conn);
 extern void rlock_redis_status_server(const char *version, const char *role);

@@ -157,7 +157,20 @@ node_init(SentinelNode *node, const char *host, int port, bool configured)
 {
 	RlockServer *srv = &node->srv;
 
-	memset(node, 0, sizeof(*node));
+	if (!srv->resolving)
+		memset(node, 0, sizeof(*node));
+	else
+	{
+		/*
+		 * glibc still works on the lookup of the old name, in this very
+		 * gaicb: it is left alone, and the new name looked up once it
+		 * ends.
+		 */
+		srv->resolve_stale = true;
+		srv->resolved[0] = '\0';
+		srv->resolve_error[0] = '\0';
+		srv->tls_unix_logged = false;
+	}
 	srv->host = rlock_redis_strdup(host);
 	srv->port = port;
 	srv->unix_socket = rlock_redis_strdup("");

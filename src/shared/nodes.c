@@ -31,6 +31,7 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 {
 	const char *p = list;
 	int			n = 0;
+	bool		after_comma = false;
 
 	while (*p != '\0')
 	{
@@ -42,6 +43,8 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 		long		port;
 		char	   *portend;
 
+		int			shown;
+
 		while (isspace((unsigned char) *p))
 			p++;
 		if (*p == '\0')
@@ -50,9 +53,12 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 		end = strchr(p, ',');
 		if (end == NULL)
 			end = p + strlen(p);
-		p = (*end == ',') ? end + 1 : end;
+		after_comma = (*end == ',');
+		p = after_comma ? end + 1 : end;
 		while (end > start && isspace((unsigned char) end[-1]))
 			end--;
+		/* an entry is quoted in a message up to a length that leaves room */
+		shown = (int) Min(end - start, 64);
 		if (end == start)
 		{
 			snprintf(error, errorlen, "the list has an empty entry");
@@ -67,7 +73,7 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 			{
 				snprintf(error, errorlen,
 						 "\"%.*s\" is not of the form [address]:port",
-						 (int) (end - start), start);
+						 shown, start);
 				return -1;
 			}
 			host = start + 1;
@@ -85,14 +91,14 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 			{
 				snprintf(error, errorlen,
 						 "\"%.*s\" names no port: write host:port",
-						 (int) (end - start), start);
+						 shown, start);
 				return -1;
 			}
 			if (memchr(start, ':', colon - start) != NULL)
 			{
 				snprintf(error, errorlen,
 						 "\"%.*s\": write an IPv6 address in brackets, as [::1]:26379",
-						 (int) (end - start), start);
+						 shown, start);
 				return -1;
 			}
 			hostlen = colon - start;
@@ -100,7 +106,7 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 		if (hostlen == 0 || hostlen >= sizeof(nodes[0].host))
 		{
 			snprintf(error, errorlen, "\"%.*s\" has %s host name",
-					 (int) (end - start), start,
+					 shown, start,
 					 hostlen == 0 ? "an empty" : "too long a");
 			return -1;
 		}
@@ -111,7 +117,7 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 			{
 				snprintf(error, errorlen,
 						 "\"%.*s\" has a character that cannot be in a host name",
-						 (int) (end - start), start);
+						 shown, start);
 				return -1;
 			}
 		}
@@ -122,7 +128,7 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 		{
 			snprintf(error, errorlen,
 					 "\"%.*s\" has no valid port (1 to 65535)",
-					 (int) (end - start), start);
+					 shown, start);
 			return -1;
 		}
 		if (n == max)
@@ -135,6 +141,11 @@ rlock_parse_nodes(const char *list, RlockNodeAddr *nodes, int max,
 		nodes[n].host[hostlen] = '\0';
 		nodes[n].port = (int) port;
 		n++;
+	}
+	if (after_comma)
+	{
+		snprintf(error, errorlen, "the list ends with a comma");
+		return -1;
 	}
 	return n;
 }

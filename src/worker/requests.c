@@ -477,8 +477,10 @@ worker_sync_may_resync(int index)
 {
 	if (!sync_lost[index])
 		return true;
-	if (rlock_sync_replicas != RLOCK_SYNC_OFF &&
-		!rlock_conn_ready(rlock_redis_sync_conn()))
+	/* a new sync connection is made for the fence even when unused */
+	if (!rlock_conn_ready(rlock_redis_sync_conn()) &&
+		(rlock_sync_replicas != RLOCK_SYNC_OFF ||
+		 rlock_redis_sync_fence_owed()))
 		return false;
 	sync_lost[index] = false;
 	return true;
@@ -518,7 +520,15 @@ worker_sync_flush(void)
 	if (worker_cmd_send(rlock_redis_sync_conn(), wc, args))
 		sync_wait_inflight = true;
 	else
-		sync_unwaited = sync_batch; /* its grants count as unconfirmed */
+	{
+		/*
+		 * Its grants count as unconfirmed.  The connection goes too: a
+		 * later batch must not find these grants still on the wire.
+		 */
+		sync_unwaited = sync_batch;
+		rlock_conn_give_up(rlock_redis_sync_conn(),
+						   "the sync connection could not take a WAIT");
+	}
 	sync_batch = 0;
 }
 
@@ -825,13 +835,13 @@ worker_sync_settle(WorkerCmd *wc, int64 acks, const RlockReply *reply)
 		worker_grant(wc, req, wc->sync_value);
 	else if (req == NULL)
 		rlock_hold_try_free(wc->hold);
-	else if (acks < 0 && reply == NULL)
+	else if (acks < 0 && reply != NULL && reply->type == RLOCK_REPLY_ERROR)
+		worker_complete_error(req, reply);
+	else if (acks < 0)
 	{
 		worker_note_unanswered(req, wc);
 		worker_make_pending(req);
 	}
-	else if (acks < 0)
-		worker_complete_error(req, reply);
 	else
 	{
 		char		detail[RLOCK_DETAIL_LEN];
@@ -858,7 +868,8 @@ worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	sync_wait_inflight = false;
 	if (reply != NULL && reply->type == RLOCK_REPLY_INTEGER)
 	{
-		acks = reply->integer;
+		/* a count below zero is no confirmation */
+		acks = Max(reply->integer, 0);
 		rlock_redis_sync_acks((int) Min(acks, INT_MAX));
 	}
 	/* settling may send nothing, but take the batch out first */
@@ -1435,6 +1446,28 @@ worker_requests_conn_lost(void)
 		if (req->state == REQ_WAITING)
 			worker_make_pending(req);
 		else if (req->state == REQ_PENDING && req->timer_at == 0)
+			worker_timer_set(req,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 rlock_connect_timeout));
+	}
+}
+
+/*
+ * The sync connection went away: acquisitions pending for it get
+ * rlock.connect_timeout to see it come back, as after a lost command
+ * connection.
+ */
+void
+worker_requests_sync_lost(void)
+{
+	int			i;
+
+	for (i = 0; i < nreqs; i++)
+	{
+		WorkerReq  *req = &reqs[i];
+
+		if (req->state == REQ_PENDING && req->op == RLOCK_OP_ACQUIRE &&
+			req->timer_at == 0)
 			worker_timer_set(req,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 rlock_connect_timeout));

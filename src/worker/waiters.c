@@ -382,6 +382,7 @@ rlock_waiters_hand_off(const char *key, int keylen)
 {
 	WaitGroup  *g;
 	int			len;
+	int			ask;
 
 	if (hash_get_num_entries(groups) == 0)
 		return 0;
@@ -389,7 +390,13 @@ rlock_waiters_hand_off(const char *key, int keylen)
 	g = waiters_find(channel_buf, len);
 	if (g == NULL || !waiters_wake(g, false, key, keylen))
 		return 0;
-	if (g->state != SUB_SUBSCRIBED)
+	/*
+	 * The release's own unlock message is let pass as an echo only when
+	 * the woken waiter's try follows the release on the same connection.
+	 * A synced try goes on the sync connection and may reach Redis first,
+	 * find the lock still held, and then need that message.
+	 */
+	if (g->state != SUB_SUBSCRIBED || rlock_redis_sync_need(&ask) > 0)
 		return RLOCK_HANDED_OFF;
 	g->echoes++;
 	return RLOCK_HANDED_OFF_ECHO;

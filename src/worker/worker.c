@@ -253,7 +253,10 @@ worker_conn_lost(RlockConn *conn)
 	}
 	/* the sync connection's acquisitions were answered one by one */
 	if (conn == rlock_redis_sync_conn())
+	{
+		worker_requests_sync_lost();
 		return;
+	}
 	pg_atomic_fetch_add_u32(&rlock_shared->cmd_epoch, 1);
 	worker_requests_conn_lost();
 }

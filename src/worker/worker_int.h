@@ -79,6 +79,7 @@ extern void worker_fire_timers(TimestampTz now);
 extern TimestampTz worker_next_timer(void);
 extern void worker_send_pending(void);
 extern void worker_requests_conn_lost(void);
+extern void worker_requests_sync_lost(void);
 extern void worker_requests_stop(void);
 extern bool worker_requests_waiting(void);
 extern void worker_acquire_reply(RlockConn *conn, WorkerCmd *wc,

@@ -572,6 +572,35 @@ waiter_case(
 		});
 }
 
+# WAIT behind synced acquisitions (rlock.sync_replicas) answered with a
+# count below zero: no confirmation, the acquisition undone
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET rlock.sync_replicas = '1';
+	ALTER SYSTEM SET rlock.sync_timeout = '200ms';
+	SELECT pg_reload_conf()});
+ok(RlockTest::wait_until(
+		sub {
+			$node->safe_psql('postgres', 'SELECT sync_connection FROM rlock_status()')
+			  eq 'ready';
+		},
+		10),
+	'the sync connection is up');
+$hostile->replace('rlock_sync', qr/^WAIT /, ":-1\r\n");
+{
+	my ($rc, $out, $err) = timed_psql("SELECT rlock_try('h:wait')");
+	like($err,
+		qr/ERROR:  08000: Redis replicas did not confirm lock "h:wait" in time\n.*DETAIL:  0 of the 1 replicas/s,
+		'a WAIT answer below zero: no confirmation, 08000');
+}
+survived('a WAIT answer below zero');
+$hostile->clear;
+ok(RlockTest::wait_until(sub { db('EXISTS', 'h:wait') == 0 }, 5),
+	'the unconfirmed acquisition was undone');
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM RESET rlock.sync_replicas;
+	ALTER SYSTEM RESET rlock.sync_timeout;
+	SELECT pg_reload_conf()});
+
 ok(!grep({ $_ } map { db('EXISTS', $_) } qw(h:1 h:split h:mid h:11)),
 	'nothing left held');
 

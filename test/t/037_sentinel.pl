@@ -21,6 +21,7 @@ use File::Temp ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::Hostile;
 use RlockTest::Sentinel;
 
 # In the TLS round everything speaks TLS: the data nodes, the Sentinels,
@@ -228,6 +229,52 @@ is_deeply($promoted->owners('fo:lost'), ['someone-else:1'],
 $promoted->cmd('DEL', 'fo:lost');
 $lose->quit;
 
+#---- a primary that answers READONLY ----
+
+# Behind Sentinels a write refused with READONLY means the primary moved:
+# the acquisition did not run, and goes again to the primary the
+# Sentinels name next, here the same one.  A primary refusing for ever
+# ends in 08006 within the usual bound, without a hot loop.  The
+# Sentinels watch the primary through a relay that lies on request
+# (plain TCP only).
+unless ($tls)
+{
+	my $relay = RlockTest::Hostile->start($dep->primary->port);
+	for my $i (0 .. 2)
+	{
+		$dep->sentinel_cmd($i, 'SENTINEL', 'MONITOR', 'relay', '127.0.0.1',
+			$relay->port, 2);
+		$dep->sentinel_cmd($i, 'SENTINEL', 'SET', 'relay', 'auth-pass', 'datapw');
+	}
+	$nc->safe_psql('postgres',
+		"ALTER SYSTEM SET rlock.nodes = '" . $dep->nodes_setting
+		  . "'; ALTER SYSTEM SET rlock.sentinel_master = 'relay'; SELECT pg_reload_conf()");
+	ok(RlockTest::wait_until(
+			sub { port_of(status($nc, 'redis_address')) eq $relay->port
+				  && status($nc, 'command_connection') eq 'ready' },
+			10),
+		'rlock reaches the primary through the relay');
+	my $readonly = "-READONLY You can't write against a read only replica.\r\n";
+	$relay->replace('*', qr/ro:once/, $readonly, count => 1);
+	is($nc->safe_psql('postgres', "SELECT rlock_try('ro:once')"), 't',
+		'one READONLY: the acquisition goes again and is granted');
+	like(status($nc, 'last_error'), qr/read-only replica now/,
+		'rlock_status says why the connection was dropped');
+	$relay->replace('*', qr/ro:always/, $readonly);
+	my $n0 = $relay->commands;
+	my ($rrc, $rout, $rerr, $rtook) =
+	  RlockTest::timed_psql($nc, "SELECT rlock_try('ro:always')");
+	like($rerr, qr/ERROR:  08006: .*lock "ro:always"/,
+		'READONLY every time: 08006');
+	cmp_ok($rtook, '<', 2 + 1.5,
+		"within rlock.command_timeout + rlock.connect_timeout and a bound ($rtook s)");
+	my $sent = $relay->commands - $n0;
+	cmp_ok($sent, '<', 300, "no hot loop: $sent commands meanwhile");
+	$relay->clear;
+	$dep->sentinel_cmd($_, 'SENTINEL', 'REMOVE', 'relay') for 0 .. 2;
+	$relay->stop;
+}
+
 #---- errors: a primary no Sentinel knows, one that is down, no Sentinel ----
 
 sub fails_within
@@ -262,6 +309,8 @@ fails_within($nc, 'no Sentinel up',
 for my $bad (
 	[ 'rlock.nodes', 'sentinel-without-port', qr/names no port: write host:port/ ],
 	[ 'rlock.nodes', 'a:1,,b:2', qr/empty entry/ ],
+	[ 'rlock.nodes', 'a:1, ', qr/ends with a comma/ ],
+	[ 'rlock.nodes', ('h' x 300) . ':1', qr/too long a host name/ ],
 	[ 'rlock.nodes', '::1:26379', qr/IPv6 address in brackets/ ],
 	[ 'rlock.nodes', 'a:70000', qr/no valid port/ ],
 	[ 'rlock.sync_replicas', 'many', qr/"off", "auto" or a number/ ],
