@@ -672,14 +672,14 @@ conn_closed(RlockConn *conn)
 	conn->scripts_seq = 0;
 	conn->sends = 0;
 
-	/* what was on the wire may still run, until a new connection's fence */
-	if (conn->use == RLOCK_USE_SYNC && !dlist_is_empty(&conn->inflight))
-		conn->fence_owed = true;
 	while (!dlist_is_empty(&conn->inflight))
 	{
 		RlockCmd   *cmd = dlist_container(RlockCmd, node,
 										  dlist_pop_head_node(&conn->inflight));
 
+		/* a write left on the wire may still run, until a fence */
+		if (cmd->writes_locks && conn->use == RLOCK_USE_SYNC)
+			conn->fence_owed = true;
 		cmd->done(conn, cmd, NULL);
 	}
 
@@ -1360,6 +1360,20 @@ conn_tick(RlockConn *conn, TimestampTz now)
 				conn_close(conn, conn_timeout_reason(conn), true);
 			break;
 		case RLOCK_CONN_READY:
+			if (conn->use == RLOCK_USE_SYNC &&
+				dlist_is_empty(&conn->inflight))
+			{
+				const char *why;
+
+				/* made for a fence only, or no longer used */
+				if (!conn_wanted(conn, &why))
+				{
+					conn->quiet_drop = true;
+					conn_close(conn, "the sync connection is not used now",
+							   true);
+					break;
+				}
+			}
 			if (!dlist_is_empty(&conn->inflight))
 			{
 				RlockCmd   *oldest = dlist_head_element(RlockCmd, node,

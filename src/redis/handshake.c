@@ -80,7 +80,7 @@ static void handshake_reply(RlockConn *conn, RlockCmd *cmd,
  * during the handshake are counted: the connection is READY when the
  * last of them is answered.
  */
-static void
+static bool
 handshake_send(RlockConn *conn, HandshakeStep step, RlockShape shape,
 			   int script)
 {
@@ -100,10 +100,11 @@ handshake_send(RlockConn *conn, HandshakeStep step, RlockShape shape,
 	if (!rlock_conn_send(conn, &hc->cmd, handshake_args))
 	{
 		pfree(hc);
-		return;
+		return false;
 	}
 	if (hc->counted)
 		conn->handshake++;
+	return true;
 }
 
 /*
@@ -321,8 +322,8 @@ rlock_handshake_role(RlockConn *conn)
 
 	rlock_args_cstr(args, "ROLE");
 	conn->role_at = GetCurrentTimestamp();
-	conn->role_inflight = true;
-	handshake_send(conn, STEP_ROLE, RLOCK_SHAPE_ARRAY, 0);
+	conn->role_inflight = handshake_send(conn, STEP_ROLE, RLOCK_SHAPE_ARRAY,
+										 0);
 }
 
 void
@@ -464,12 +465,20 @@ handshake_role_reply(RlockConn *conn, const RlockReply *reply)
 		role = reply->element[0]->str;
 	if (conn->use == RLOCK_USE_COMMAND)
 		rlock_redis_status_server(NULL, role);
-	if (strcmp(role, "master") == 0 && reply->elements >= 3 &&
-		reply->element[2]->type == RLOCK_REPLY_ARRAY)
+	if (strcmp(role, "master") == 0)
 	{
-		if (conn->replicas != reply->element[2]->elements)
+		/*
+		 * Redis lists the replicas third; a server that lists them
+		 * elsewhere, or not at all, leaves their number unknown.
+		 */
+		int			replicas = -1;
+
+		if (reply->elements >= 3 &&
+			reply->element[2]->type == RLOCK_REPLY_ARRAY)
+			replicas = reply->element[2]->elements;
+		if (conn->replicas != replicas)
 			rlock_redis_status_touch();
-		conn->replicas = reply->element[2]->elements;
+		conn->replicas = replicas;
 	}
 	else
 		handshake_refuse_server(conn, NULL, role);

@@ -118,6 +118,7 @@ struct RlockCmd
 	int			nelements;		/* RLOCK_SHAPE_INTEGERS: how many */
 	TimestampTz sent_at;
 	uint64		send_seq;		/* its place among the connection's sends */
+	bool		writes_locks;	/* may still write a lock if left behind */
 };
 
 /*

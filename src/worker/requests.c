@@ -493,6 +493,8 @@ worker_sync_may_resync(int index)
 void
 worker_sync_conn_ready(void)
 {
+	/* its handshake closed the lost one on the server: the fence is up */
+	memset(sync_lost, 0, sizeof(bool) * rlock_shared->nholds);
 	worker_requeue_all_holds();
 }
 
@@ -760,6 +762,7 @@ worker_send_acquire(WorkerReq *req)
 		}
 		wc->sync_tag = sync_batch;
 		wc->sync_need = sync_batch_need;
+		wc->cmd.writes_locks = true;	/* a lost one needs the fence */
 	}
 	args = worker_args();
 	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh, target,
@@ -1467,7 +1470,7 @@ worker_requests_sync_lost(void)
 		WorkerReq  *req = &reqs[i];
 
 		if (req->state == REQ_PENDING && req->op == RLOCK_OP_ACQUIRE &&
-			req->timer_at == 0)
+			req->timer_at == 0 && worker_sync_conn_missing())
 			worker_timer_set(req,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 rlock_connect_timeout));
@@ -1582,7 +1585,8 @@ worker_awaits_failover(WorkerReq *req, TimestampTz now)
 {
 	return req->op == RLOCK_OP_ACQUIRE &&
 		(req->wait_until == 0 || now < req->wait_until) &&
-		!rlock_conn_ready(rlock_redis_command_conn()) &&
+		(!rlock_conn_ready(rlock_redis_command_conn()) ||
+		 worker_sync_conn_missing()) &&
 		rlock_redis_failover_awaited();
 }
 
@@ -1612,7 +1616,15 @@ worker_fire_timers(TimestampTz now)
 		worker_timer_cancel(req);
 
 		if (req->state == REQ_PENDING && worker_awaits_failover(req, now))
+		{
+			/*
+			 * Whatever went unanswered is restated with the entry (its
+			 * resync); the try sent on the new primary gets a deadline
+			 * of its own.
+			 */
+			req->unanswered_since = 0;
 			worker_timer_set(req, worker_failover_recheck(req, now));
+		}
 		else if (req->state == REQ_PENDING || req->state == REQ_INFLIGHT)
 			worker_complete_unreachable(req);	/* its deadline passed */
 		else if (req->state == REQ_WAITING)

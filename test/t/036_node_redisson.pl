@@ -54,6 +54,8 @@ for my $i (1 .. 10)
 	my $before = $redis->subscribers('n:w');
 	my $id = $js->send('b.1', 'trylock', 'n:w', 20000);
 	RlockTest::wait_until(sub { $redis->subscribers('n:w') > $before }, 10);
+	# subscribed is not yet listening, in node-redisson
+	RlockTest::wait_until(sub { $js->call('b.2', 'listeners', 'n:w') > 0 }, 10);
 	my $t0 = time;
 	$s->query_safe('COMMIT');
 	my $r = $js->result($id, 25);

@@ -67,17 +67,35 @@ sub address_port
 	return $a =~ /:(\d+)$/ ? $1 : '';
 }
 
-# Kill the primary; then, every 20 ms, note when a Sentinel first names
-# another one and when instance $node first grants a new lock.  Returns
-# (new primary, seconds from kill to naming, from naming to a grant).
+# Kill the primary ($how 'kill') or ask the Sentinels for a failover
+# ('failover'); then, every 20 ms, note when a Sentinel first names
+# another one and when instance $node, following it there, first grants
+# a new lock.  Returns (new primary, old primary, seconds from the kill or
+# request to the naming, from the naming to a grant).
 sub kill_and_follow
 {
-	my ($node) = @_;
+	my ($node, $how) = @_;
 	my $old = $dep->primary;
 	my $probe = $node->background_psql('postgres', on_error_stop => 0);
 	my $killed_at = time;
-	$old->kill9;
-	my ($named_at, $served_at, $n);
+	if ($how eq 'kill')
+	{
+		$old->kill9;
+	}
+	else
+	{
+		# NOGOODSLAVE until the Sentinels have fresh news of a replica
+		RlockTest::wait_until(
+			sub {
+				my $r = $dep->sentinel_cmd(0, 'SENTINEL', 'FAILOVER', 'main');
+				die "SENTINEL FAILOVER: $r->{error}\n"
+				  if ref $r eq 'HASH' && $r->{error} !~ /^NOGOODSLAVE/;
+				return ref $r ne 'HASH';
+			},
+			10)
+		  or die 'SENTINEL FAILOVER found no replica to promote';
+	}
+	my ($named_at, $named_port, $served_at, $n);
 	while (time < $killed_at + 30 && !defined $served_at)
 	{
 		if (!defined $named_at)
@@ -90,6 +108,7 @@ sub kill_and_follow
 				if (ref $a eq 'ARRAY' && $a->[1] != $old->rlock_port)
 				{
 					$named_at = time;
+					$named_port = $a->[1];
 					last;
 				}
 			}
@@ -98,16 +117,41 @@ sub kill_and_follow
 		{
 			$n++;
 			my $got = $probe->query(
-				"SELECT rlock_try('probe:$n')");
+				"SELECT redis_address LIKE '%:$named_port' AND rlock_try('probe:$n') FROM rlock_status()");
 			$served_at = time if defined $got && $got eq 't';
 		}
 		usleep(20_000) unless defined $served_at;
 	}
 	$probe->quit;
 	die 'the Sentinels named no new primary' unless defined $named_at;
-	die 'rlock served nothing within 30 s of the kill' unless defined $served_at;
+	die "rlock served nothing on the new primary within 30 s ($how)"
+	  unless defined $served_at;
 	my $new = $dep->wait_switch($old->rlock_port, 30);
 	return ($new, $old, $named_at - $killed_at, $served_at - $named_at);
+}
+
+# Guarded load on both instances for 14 s, the primary killed (or failed
+# over, $how) after 3; prints what happened and checks the bound to serve
+# again.  Returns the new primary, the old one and the load's summary.
+sub killed_under_load
+{
+	my ($label, $follow, $how) = @_;
+	my $runs = RlockTest::guarded_load_start([ $na, $nb ], 'kill:counter',
+		seconds => 14, dir => $dir);
+	sleep 3;
+	my ($new, $old, $to_named, $to_served) =
+	  kill_and_follow($follow, $how // 'kill');
+	my $load = RlockTest::guarded_load_finish($runs);
+	diag(sprintf('%s: Sentinels named the new primary %.1f s after the %s; '
+		  . 'rlock granted a lock %.2f s later; %d sections ran, %d committed, '
+		  . '%d overlapped, %d lost at commit, %d pgbench clients aborted',
+		$label, $to_named, $how // 'kill', $to_served, scalar(@{ $load->{ran} }),
+		scalar(@{ $load->{committed} }), $load->{ran_overlaps},
+		$load->{failed}, $load->{aborted}));
+	cmp_ok($to_served, '<', $FOLLOW_BOUND,
+		"$label: new requests served within $FOLLOW_BOUND s of the Sentinels naming the new primary");
+	cmp_ok(scalar(@{ $load->{committed} }), '>', 50, "$label: the load ran");
+	return ($new, $old, $load);
 }
 
 #---- sync_replicas = 1 ----
@@ -122,20 +166,7 @@ RlockTest::send_query($waiter, "BEGIN; SELECT rlock_try('kill:held', '60s');");
 ok(RlockTest::wait_until(sub { $dep->primary->subscribers('kill:held') >= 1 }, 10),
 	'the waiter is subscribed on the primary');
 
-my $runs = RlockTest::guarded_load_start([ $na, $nb ], 'kill:counter',
-	seconds => 14, dir => $dir);
-sleep 3;
-my ($new, $old, $to_named, $to_served) = kill_and_follow($na);
-my $load = RlockTest::guarded_load_finish($runs);
-diag(sprintf('sync_replicas = 1: Sentinels named the new primary %.1f s after the kill; '
-	  . 'rlock granted a lock %.2f s later; %d sections ran, %d committed, '
-	  . '%d overlapped, %d lost at commit, %d pgbench clients aborted',
-	$to_named, $to_served, scalar(@{ $load->{ran} }),
-	scalar(@{ $load->{committed} }), $load->{ran_overlaps}, $load->{failed},
-	$load->{aborted}));
-cmp_ok($to_served, '<', $FOLLOW_BOUND,
-	"new requests served within $FOLLOW_BOUND s of the Sentinels naming the new primary");
-cmp_ok(scalar(@{ $load->{committed} }), '>', 50, 'the load ran');
+my ($new, $old, $load) = killed_under_load('sync_replicas = 1', $na);
 is($load->{ran_overlaps}, 0, 'sync_replicas = 1: no two critical sections overlapped');
 is($load->{failed}, 0, 'sync_replicas = 1: no lock lost at commit');
 is($load->{aborted}, 0, 'no pgbench client aborted')
@@ -167,30 +198,62 @@ for my $node ($na, $nb)
 			10),
 		$node->name . ': sync_replicas off taken');
 }
-$runs = RlockTest::guarded_load_start([ $na, $nb ], 'kill:counter',
-	seconds => 14, dir => $dir);
-sleep 3;
-($new, $old, $to_named, $to_served) = kill_and_follow($nb);
-$load = RlockTest::guarded_load_finish($runs);
-diag(sprintf('sync_replicas = 0: Sentinels named the new primary %.1f s after the kill; '
-	  . 'rlock granted a lock %.2f s later; %d sections ran, %d committed, '
-	  . '%d overlapped, %d lost at commit, %d pgbench clients aborted',
-	$to_named, $to_served, scalar(@{ $load->{ran} }),
-	scalar(@{ $load->{committed} }), $load->{ran_overlaps}, $load->{failed},
-	$load->{aborted}));
-cmp_ok($to_served, '<', $FOLLOW_BOUND,
-	"sync_replicas = 0: served within $FOLLOW_BOUND s of the naming");
-cmp_ok(scalar(@{ $load->{committed} }), '>', 50, 'the load ran');
+($new, $old, $load) = killed_under_load('sync_replicas = 0', $nb);
 is($load->{committed_overlaps}, 0,
 	'sync_replicas = 0: no overlap reached a committed transaction');
 is($load->{aborted}, 0, 'no pgbench client aborted')
   or diag($load->{output});
 
+# the same with SENTINEL FAILOVER: the old primary takes writes until the
+# Sentinels convert it, about 10 s later
+$dep->restart_node($old);
+($new, $old, $load) =
+  killed_under_load('sync_replicas = 0, SENTINEL FAILOVER', $na, 'failover');
+is($load->{committed_overlaps}, 0,
+	'sync_replicas = 0, SENTINEL FAILOVER: no overlap reached a committed transaction');
+is($load->{aborted}, 0, 'no pgbench client aborted')
+  or diag($load->{output});
+ok($dep->wait_converted($old, 30), 'the old primary became a replica');
+
+#---- a waiter whose try was on the wire when the primary froze ----
+
+# Its try goes unanswered, so its request would normally fail after
+# rlock.command_timeout + rlock.connect_timeout (1 s here); the failover
+# takes longer.  While a Sentinel answers, it waits on, tries again on
+# the new primary, and gets the lock when its holder commits.
+$nb->safe_psql('postgres', q{
+	ALTER SYSTEM SET rlock.command_timeout = '500ms';
+	ALTER SYSTEM SET rlock.connect_timeout = '500ms';
+	SELECT pg_reload_conf()});
+$holder->query_safe("BEGIN; SELECT rlock_lock('kill:frozen')");
+ok(RlockTest::wait_until(
+		sub {
+			!grep { (eval { $_->cmd('EXISTS', 'kill:frozen') } // 0) != 1 }
+			  grep { $_->pid } $dep->replicas_now;
+		},
+		10),
+	'the hold reached the replicas');
+my $frozen = $dep->primary;
+$frozen->freeze;
+RlockTest::send_query($waiter, "BEGIN; SELECT rlock_try('kill:frozen', '60s');");
+my $promoted = $dep->wait_switch($frozen->rlock_port, 30);
+ok(RlockTest::wait_until(sub { address_port($na) eq $promoted->rlock_port }, 10),
+	'the holder\'s instance follows the failover');
+$holder->query('COMMIT');
+is($holder->{stderr}, '', 'the holder commits on the new primary');
+($wout, $werr) = RlockTest::collect($waiter);
+is($wout, 't', 'the waiter whose try the frozen primary swallowed gets the lock')
+  or diag($werr);
+$waiter->query('COMMIT');
+$frozen->thaw;
+ok($dep->wait_converted($frozen, 30), 'the frozen primary became a replica');
+
 #---- no Sentinel left to name a new primary ----
 
 # A waiter keeps its place through a failover only while a Sentinel
 # answers: with all of them down, the primary's loss ends its wait within
-# rlock.connect_timeout (1 s) twice over, and a bound.
+# rlock.connect_timeout twice over (1 s in the first instance, 0.5 s in
+# the second), and a bound.
 $holder->query_safe("BEGIN; SELECT rlock_lock('kill:last')");
 RlockTest::send_query($waiter, "BEGIN; SELECT rlock_try('kill:last', '60s');");
 ok(RlockTest::wait_until(sub { $dep->primary->subscribers('kill:last') >= 1 }, 10),

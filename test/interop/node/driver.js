@@ -19,7 +19,10 @@
  *
  * Orders: lock key [leaseMs]; trylock key waitMs [leaseMs]; unlock key;
  * islocked key; forceunlock key; owner (the hash field of the actor's
- * holds).
+ * holds); listeners key (how many of the client's waits listen for the
+ * key's unlock message: node-redisson subscribes first and listens only
+ * once the subscription is confirmed, and a message in between is lost
+ * to it, so a test waits for this before it unlocks).
  *
  * Options: --redis-port port, --watchdog ms.
  *
@@ -93,6 +96,9 @@ async function perform(actor, op, a) {
 			return await lock().forceUnlock();
 		case 'owner':
 			return `${redisson.commandExecutor.id}:${t ?? '1'}`;
+		case 'listeners':
+			return redisson.commandExecutor.eventEmitter
+				.listenerCount(lock().getChannelName());
 		default:
 			throw new Error(`unknown order ${op}`);
 	}

@@ -100,10 +100,13 @@ sub start_sentinel
 sub build_node
 {
 	my $dir = Cwd::abs_path("$interop/..") . '/out/interop/node';
+	File::Path::make_path($dir);
+	# the driver may change between runs, the packages only with the lock
+	File::Copy::copy("$interop/node/driver.js", "$dir/driver.js")
+	  or die "driver.js: $!";
 	unless (-e "$dir/node_modules/node-redisson/package.json")
 	{
-		File::Path::make_path($dir);
-		for my $f ('package.json', 'package-lock.json', 'driver.js')
+		for my $f ('package.json', 'package-lock.json')
 		{
 			File::Copy::copy("$interop/node/$f", "$dir/$f") or die "$f: $!";
 		}
@@ -119,7 +122,7 @@ sub build_node
 
 # Start the driver of node-redisson, a second Redisson-compatible client,
 # talking to $redis; options: watchdog (ms).  It takes the orders lock,
-# trylock, unlock, islocked, forceunlock and owner.
+# trylock, unlock, islocked, forceunlock, owner and listeners.
 sub start_node
 {
 	my ($class, $redis, %opt) = @_;
