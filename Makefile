@@ -88,6 +88,19 @@ $(FUZZ_OUT)/fuzz_reply: test/fuzz/fuzz_reply.c test/fuzz/shims.c \
 	clang $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) \
 		$(shell $(PG_CONFIG) --pkglibdir)/libpgport.a -lhiredis
 
+# Small programs that run one piece of rlock's C code outside PostgreSQL,
+# for the TAP tests that compare it with Redis (test/unit)
+UNIT_OUT = test/out/unit
+UNIT_CFLAGS = -g -O1 -Wall -Werror -fsanitize=address,undefined \
+	-fno-sanitize-recover=undefined -Wno-ignored-attributes \
+	-D_GNU_SOURCE -I src -I $(shell $(PG_CONFIG) --includedir-server)
+
+$(UNIT_OUT)/keyslot: test/unit/keyslot.c src/shared/slots.c \
+		src/shared/shared.h
+	@mkdir -p $(@D)
+	clang $(UNIT_CFLAGS) -o $@ $(filter %.c,$^) \
+		$(shell $(PG_CONFIG) --pkglibdir)/libpgport.a
+
 fuzz: $(FUZZ_OUT)/fuzz_reply
 	rm -rf $(FUZZ_OUT)/corpus $(FUZZ_OUT)/crashes
 	mkdir -p $(FUZZ_OUT)/corpus $(FUZZ_OUT)/crashes

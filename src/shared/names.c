@@ -233,3 +233,22 @@ rlock_instance_display_name(char *buf, int buflen)
 		snprintf(buf, buflen, "%s:%d", host, PostPortNumber);
 	}
 }
+
+/*
+ * Do the lock's unlock channel and fencing token counter hash to the
+ * lock's own slot?  They do for every name but those with a "}" and no
+ * hash tag, a "{" and no hash tag, or no bytes at all: a script over the
+ * lock and its counter would then span two slots (CROSSSLOT), and the
+ * channel would belong to another shard.  The counter is named like the
+ * channel, with another prefix, so the channel decides for both.
+ */
+bool
+rlock_name_fits_slot(const char *key, int keylen)
+{
+	char	   *channel = palloc(RLOCK_CHANNEL_MAXLEN(keylen));
+	int			len = rlock_channel_name(channel, key, keylen);
+	bool		fits = rlock_key_slot(channel, len) == rlock_key_slot(key, keylen);
+
+	pfree(channel);
+	return fits;
+}

@@ -379,4 +379,9 @@ extern void rlock_instance_display_name(char *buf, int buflen);
 extern HTAB *rlock_keyref_table(const char *name, Size entrysize,
 								MemoryContext cxt);
 
+/* slots.c: Redis Cluster hash slots; names.c: names that fit their slot */
+#define RLOCK_CLUSTER_SLOTS		16384
+extern int	rlock_key_slot(const char *key, int keylen);
+extern bool rlock_name_fits_slot(const char *key, int keylen);
+
 #endif							/* RLOCK_SHARED_H */
