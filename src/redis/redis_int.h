@@ -243,6 +243,33 @@ extern void rlock_resolve_start(RlockServer *srv);
 extern void rlock_resolve_check(RlockServer *srv);
 extern bool rlock_is_numeric_host(const char *host);
 
+/* cluster.c: a Redis Cluster's slot map */
+#define RLOCK_CLUSTER_MAX_NODES		512 /* primaries rlock keeps */
+#define RLOCK_CLUSTER_HOST_LEN		256
+#define RLOCK_CLUSTER_ID_LEN		64
+typedef struct RlockClusterNode
+{
+	char		host[RLOCK_CLUSTER_HOST_LEN];
+	int			port;
+	char		id[RLOCK_CLUSTER_ID_LEN];	/* "" when the reply gave none */
+} RlockClusterNode;
+
+typedef struct RlockClusterMap
+{
+	int			nnodes;
+	RlockClusterNode node[RLOCK_CLUSTER_MAX_NODES];
+	int16		owner[RLOCK_CLUSTER_SLOTS];	/* index in node[], -1: none */
+} RlockClusterMap;
+
+extern bool rlock_cluster_map_from_shards(const RlockReply *reply, bool tls,
+										  const char *seed_host,
+										  RlockClusterMap *map, char *error,
+										  size_t errlen);
+extern bool rlock_cluster_map_from_slots(const RlockReply *reply,
+										 const char *seed_host,
+										 RlockClusterMap *map, char *error,
+										 size_t errlen);
+
 /* sentinel.c */
 extern void rlock_sentinel_configure(void);
 extern bool rlock_sentinel_settings_changed(void);

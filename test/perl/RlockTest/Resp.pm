@@ -44,6 +44,19 @@ sub call
 	return $self->read_reply(10);
 }
 
+# A command and its reply as Redis sent it, byte for byte.
+sub call_raw
+{
+	my ($self, @args) = @_;
+	$self->send_cmd(@args);
+	$self->{recorded} = $self->{buf};
+	eval { $self->read_reply(10) };
+	my $err = $@;
+	my $all = delete $self->{recorded};
+	die $err if $err;
+	return substr($all, 0, length($all) - length($self->{buf}));
+}
+
 # Read bytes until the buffer holds $n of them or the deadline passes.
 sub _fill
 {
@@ -56,6 +69,8 @@ sub _fill
 		my $got = sysread($self->{sock}, $self->{buf}, 65536,
 			length($self->{buf}));
 		die "Redis closed the connection" unless $got;
+		$self->{recorded} .= substr($self->{buf}, -$got)
+		  if defined $self->{recorded};
 	}
 	return 1;
 }

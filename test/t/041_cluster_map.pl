@@ -1,0 +1,169 @@
+# The slot map rlock reads from a Redis Cluster (src/redis/cluster.c,
+# through test/unit/cluster_map.c): from CLUSTER SHARDS and from CLUSTER
+# SLOTS of a real cluster of three primaries and three replicas it finds
+# the primary of every slot, as CLUSTER NODES says; replies made to be
+# wrong are refused with the reason, never read past, never a crash
+# (the program runs under AddressSanitizer).
+use strict;
+use warnings;
+
+use IPC::Run ();
+use PostgreSQL::Test::Utils;
+use Test::More;
+use RlockTest;
+use RlockTest::Cluster;
+use RlockTest::Resp;
+
+plan skip_all => 'the map does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
+my $top = $ENV{TESTDIR} // '.';
+my $log = '';
+IPC::Run::run([ 'make', '-s', '-C', $top, 'test/out/unit/cluster_map' ],
+	'<', \undef, '>&', \$log)
+  or BAIL_OUT("building test/unit/cluster_map failed:\n$log");
+
+my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 1);
+my @primaries = $cluster->primaries;
+is(scalar(@primaries), 3, 'three primaries');
+
+# The map CLUSTER NODES gives: "first-last 127.0.0.1:port id" lines
+my $view = $cluster->view($primaries[0]);
+my @expected;
+for my $port (keys %$view)
+{
+	next unless $view->{$port}{role} eq 'master';
+	push @expected, map { [ $_->[0], $_->[1], "127.0.0.1:$port $view->{$port}{id}" ] }
+	  @{ $view->{$port}{slots} };
+}
+@expected = sort { $a->[0] <=> $b->[0] } @expected;
+my $expected = join('', map { "$_->[0]-$_->[1] $_->[2]\n" } @expected);
+
+sub map_of
+{
+	my ($mode, $bytes, $tls) = @_;
+	my $out = '';
+	my $err = '';
+	IPC::Run::run([ "$top/test/out/unit/cluster_map", $mode, $tls // 0, 'seed.example' ],
+		'<', \$bytes, '>', \$out, '2>', \$err);
+	die "cluster_map died ($?): $err" if $? != 0;
+	return $out;
+}
+
+my $conn = RlockTest::Resp->connect($primaries[1]->port);
+my $shards = $conn->call_raw('CLUSTER', 'SHARDS');
+my $slots = $conn->call_raw('CLUSTER', 'SLOTS');
+is(map_of('shards', $shards), "ok 3\n$expected",
+	'CLUSTER SHARDS: every slot to its primary, as CLUSTER NODES says');
+is(map_of('slots', $slots), "ok 3\n$expected",
+	'CLUSTER SLOTS: the same map');
+
+# A reply made to be wrong: RESP2 from Perl data (strings, integers as
+# [i => n], nil as undef, arrays as array references)
+sub resp
+{
+	my ($v) = @_;
+	return "\$-1\r\n" unless defined $v;
+	if (ref $v eq 'ARRAY' && @$v == 2 && defined $v->[0] && !ref $v->[0]
+		&& $v->[0] eq 'i=>')
+	{
+		return ":$v->[1]\r\n";
+	}
+	return '*' . scalar(@$v) . "\r\n" . join('', map { resp($_) } @$v)
+	  if ref $v eq 'ARRAY';
+	return '$' . length($v) . "\r\n$v\r\n";
+}
+sub int_ { return [ 'i=>', $_[0] ] }
+
+sub shard
+{
+	my (%o) = @_;
+	my @node = (
+		'id', $o{id} // ('a' x 40),
+		'port', exists $o{port} ? $o{port} : int_(7000),
+		'ip', '127.0.0.1',
+		'endpoint', $o{endpoint} // '127.0.0.1',
+		'role', $o{role} // 'master',
+		'replication-offset', int_(1),
+		'health', $o{health} // 'online');
+	push @node, 'tls-port', $o{tls_port} if $o{tls_port};
+	return [ 'slots', $o{slots} // [ int_(0), int_(16383) ],
+		'nodes', [ \@node, @{ $o{more} // [] } ] ];
+}
+
+my @cases = (
+	[ 'not a list', 'shards', '+OK', qr/^refused: CLUSTER SHARDS did not answer a list/ ],
+	[ 'a shard that is a string', 'shards', [ 'x' ], qr/^refused: a shard that is not a list/ ],
+	[ 'slots out of range', 'shards',
+		[ shard(slots => [ int_(0), int_(16384) ]) ], qr/^refused: a slot range that is not one \(0-16384\)/ ],
+	[ 'a negative slot', 'shards',
+		[ shard(slots => [ int_(-1), int_(5) ]) ], qr/^refused: a slot range/ ],
+	[ 'a range backwards', 'shards',
+		[ shard(slots => [ int_(9), int_(5) ]) ], qr/^refused: a slot range/ ],
+	[ 'an odd slot list', 'shards',
+		[ shard(slots => [ int_(0) ]) ], qr/^refused: a shard without its slots and nodes/ ],
+	[ 'a slot that is a string', 'shards',
+		[ shard(slots => [ '0', int_(5) ]) ], qr/^refused: a slot that is not a number/ ],
+	[ 'two primaries for a slot', 'shards',
+		[ shard(slots => [ int_(0), int_(100) ]),
+		  shard(slots => [ int_(100), int_(200) ], port => int_(7001), id => 'b' x 40) ],
+		qr/^refused: slot 100 served by two primaries/ ],
+	[ 'two primaries in a shard', 'shards',
+		[ shard(more => [ [ 'id', 'b' x 40, 'port', int_(7001), 'endpoint', 'h', 'role', 'master' ] ]) ],
+		qr/^refused: a shard with two primaries/ ],
+	[ 'port 0', 'shards', [ shard(port => int_(0)) ], qr/^refused: a primary without a valid port/ ],
+	[ 'port 70000', 'shards', [ shard(port => int_(70000)) ], qr/^refused: a primary without a valid port/ ],
+	[ 'no port', 'shards', [ shard(port => undef) ], qr/^refused: a primary without a valid port/ ],
+	[ 'endpoint "?"', 'shards', [ shard(endpoint => '?') ], qr/^refused: a primary whose endpoint is unknown/ ],
+	[ 'an endpoint with a space', 'shards', [ shard(endpoint => 'a b') ],
+		qr/^refused: a primary whose endpoint is no host name/ ],
+	[ 'an endpoint with a NUL', 'shards', [ shard(endpoint => "a\0b") ],
+		qr/^refused: a primary whose endpoint is no host name/ ],
+	[ 'an endpoint of 300 bytes', 'shards', [ shard(endpoint => 'h' x 300) ],
+		qr/^refused: a primary whose endpoint is no host name/ ],
+	[ 'an id of 100 bytes', 'shards', [ shard(id => 'a' x 100) ],
+		qr/^refused: a primary whose node id is not one/ ],
+	[ 'a node that is a number', 'shards', [ [ 'slots', [ int_(0), int_(1) ], 'nodes', [ int_(5) ] ] ],
+		qr/^refused: a node that is not a list/ ],
+	[ '600 primaries', 'shards',
+		[ map { shard(slots => [ int_($_), int_($_) ], port => int_(1000 + $_), id => sprintf('%040d', $_)) } 0 .. 599 ],
+		qr/^refused: more than 512 primaries/ ],
+	[ 'CLUSTER SLOTS: a range of two elements', 'slots', [ [ int_(0), int_(5) ] ],
+		qr/^refused: a slot range that is not \[first, last, primary, \.\.\.\]/ ],
+	[ 'CLUSTER SLOTS: slots out of range', 'slots',
+		[ [ int_(0), int_(20000), [ '127.0.0.1', int_(7000), 'a' x 40 ] ] ],
+		qr/^refused: a slot range that is not one/ ],
+	[ 'CLUSTER SLOTS: overlapping ranges', 'slots',
+		[ [ int_(0), int_(10), [ '127.0.0.1', int_(7000) ] ],
+		  [ int_(5), int_(20), [ '127.0.0.1', int_(7001) ] ] ],
+		qr/^refused: slot 5 served by two primaries/ ],
+	[ 'CLUSTER SLOTS: a port that is nil', 'slots',
+		[ [ int_(0), int_(10), [ '127.0.0.1', undef ] ] ],
+		qr/^refused: a primary without a valid port/ ]);
+for my $case (@cases)
+{
+	my ($what, $mode, $reply, $want) = @$case;
+	my $bytes = ref $reply ? resp($reply) : "$reply\r\n";
+	like(map_of($mode, $bytes), $want, "refused: $what");
+}
+
+# What is fine, though unusual
+like(map_of('shards', resp([ shard(endpoint => '') ])),
+	qr/^ok 1\n0-16383 seed\.example:7000 a{40}\n\z/,
+	'an empty endpoint: the host rlock asked');
+like(map_of('shards', resp([ shard(tls_port => int_(7100)) ]), 1),
+	qr/^ok 1\n0-16383 127\.0\.0\.1:7100 /, 'with TLS: the TLS port');
+like(map_of('shards', resp([ shard(health => 'fail') ])), qr/^ok 0\n\z/,
+	'a failed primary serves nothing');
+like(map_of('shards', resp([ shard(role => 'replica') ])), qr/^ok 0\n\z/,
+	'a shard without a primary serves nothing');
+like(map_of('shards', resp([ shard(slots => [ int_(0), int_(5), int_(10), int_(10) ]) ])),
+	qr/^ok 1\n0-5 \S+ \S+\n10-10 /, 'several ranges of one shard');
+like(map_of('slots', resp([ [ int_(0), int_(9), [ '', int_(7000), 'x' ] ] ])),
+	qr/^ok 1\n0-9 seed\.example:7000 x\n\z/,
+	'CLUSTER SLOTS: an empty endpoint');
+like(map_of('shards', "*1\r\n*4\r\n\$5\r\nslots\r\n"),
+	qr/^unreadable: no complete reply/, 'a reply cut short is not read');
+
+$cluster->stop;
+done_testing();
