@@ -9,8 +9,8 @@
  * socket would cut it: all at once (0), one byte at a time (1), or in
  * chunks of that many bytes.  After each chunk every complete reply is
  * taken, looked at the way the worker looks at replies (every shape,
- * the class, the pub/sub frame, its description), walked to its last
- * byte, and freed.  A fault ends the input, as it ends a connection.
+ * the class, the pub/sub frame, its description, a cluster's slot map),
+ * walked to its last byte, and freed.  A fault ends the input, as it ends a connection.
  *
  * reply.c needs nothing of the server but palloc and pfree; shims.c
  * stands in for them with malloc and free, so AddressSanitizer sees
@@ -69,6 +69,38 @@ fuzz_walk(const RlockReply *reply, int depth)
 	return sum;
 }
 
+/*
+ * Read it as a cluster's slot map, both ways: a refusal is fine, a map
+ * that names a primary it does not have is not.
+ */
+static void
+fuzz_cluster_map(const RlockReply *reply)
+{
+	static RlockClusterMap map;
+	char		error[256];
+	int			pass;
+
+	for (pass = 0; pass < 3; pass++)
+	{
+		bool		ok;
+		int			slot;
+
+		if (pass == 2)
+			ok = rlock_cluster_map_from_slots(reply, "seed", &map, error,
+											  sizeof(error));
+		else
+			ok = rlock_cluster_map_from_shards(reply, pass == 1, "seed", &map,
+											   error, sizeof(error));
+		if (!ok)
+			continue;
+		if (map.nnodes < 0 || map.nnodes > RLOCK_CLUSTER_MAX_NODES)
+			abort();
+		for (slot = 0; slot < RLOCK_CLUSTER_SLOTS; slot++)
+			if (map.owner[slot] < -1 || map.owner[slot] >= map.nnodes)
+				abort();
+	}
+}
+
 /* Look at a reply the way the worker does */
 static void
 fuzz_look(const RlockReply *reply)
@@ -102,6 +134,7 @@ fuzz_look(const RlockReply *reply)
 	rlock_reply_describe(reply, what, sizeof(what));
 	sink = fuzz_walk(reply, 1);
 	(void) sink;
+	fuzz_cluster_map(reply);
 }
 
 int
