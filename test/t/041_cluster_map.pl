@@ -27,17 +27,38 @@ my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 1);
 my @primaries = $cluster->primaries;
 is(scalar(@primaries), 3, 'three primaries');
 
-# The map CLUSTER NODES gives: "first-last 127.0.0.1:port id" lines
-my $view = $cluster->view($primaries[0]);
-my @expected;
-for my $port (keys %$view)
+# The map CLUSTER NODES gives, as node $node sees it: "first-last
+# 127.0.0.1:port id" lines, adjacent ranges of one primary joined
+sub expected_map
 {
-	next unless $view->{$port}{role} eq 'master';
-	push @expected, map { [ $_->[0], $_->[1], "127.0.0.1:$port $view->{$port}{id}" ] }
-	  @{ $view->{$port}{slots} };
+	my ($node) = @_;
+	my $view = $cluster->view($node);
+	my @ranges;
+	for my $port (keys %$view)
+	{
+		next unless $view->{$port}{role} eq 'master';
+		push @ranges,
+		  map { [ $_->[0], $_->[1], "127.0.0.1:$port $view->{$port}{id}" ] }
+		  @{ $view->{$port}{slots} };
+	}
+	@ranges = sort { $a->[0] <=> $b->[0] } @ranges;
+	my @joined;
+	for my $r (@ranges)
+	{
+		if (@joined && $joined[-1][2] eq $r->[2] && $joined[-1][1] + 1 == $r->[0])
+		{
+			$joined[-1][1] = $r->[1];
+		}
+		else
+		{
+			push @joined, [@$r];
+		}
+	}
+	my %primaries = map { $_->[2] => 1 } @joined;
+	return 'ok ' . scalar(keys %primaries) . "\n"
+	  . join('', map { "$_->[0]-$_->[1] $_->[2]\n" } @joined);
 }
-@expected = sort { $a->[0] <=> $b->[0] } @expected;
-my $expected = join('', map { "$_->[0]-$_->[1] $_->[2]\n" } @expected);
+my $expected = expected_map($primaries[0]);
 
 sub map_of
 {
@@ -53,10 +74,45 @@ sub map_of
 my $conn = RlockTest::Resp->connect($primaries[1]->port);
 my $shards = $conn->call_raw('CLUSTER', 'SHARDS');
 my $slots = $conn->call_raw('CLUSTER', 'SLOTS');
-is(map_of('shards', $shards), "ok 3\n$expected",
+is(map_of('shards', $shards), $expected,
 	'CLUSTER SHARDS: every slot to its primary, as CLUSTER NODES says');
-is(map_of('slots', $slots), "ok 3\n$expected",
-	'CLUSTER SLOTS: the same map');
+is(map_of('slots', $slots), $expected, 'CLUSTER SLOTS: the same map');
+
+# The map of node $node now, both ways, against CLUSTER NODES
+sub maps_agree
+{
+	my ($node, $what) = @_;
+	my $c = RlockTest::Resp->connect($node->port);
+	my $want = expected_map($node);
+	is(map_of('shards', $c->call_raw('CLUSTER', 'SHARDS')), $want,
+		"$what: CLUSTER SHARDS read as CLUSTER NODES says");
+	is(map_of('slots', $c->call_raw('CLUSTER', 'SLOTS')), $want,
+		"$what: CLUSTER SLOTS too");
+}
+
+# a slot with keys moved to another primary: during the move the map
+# does not change; after it, the slot is a range of its own
+my $slot = $cluster->slot('mylock');
+my $from = $cluster->owner($slot);
+my ($to) = grep { $_ != $from } @primaries;
+$from->cmd('SET', "{mylock}:$_", 'x') for 1 .. 5;
+$cluster->migrate_begin($slot, $to);
+$cluster->migrate_keys($slot, count => 2);
+maps_agree($from, 'a slot half migrated');
+$cluster->migrate_keys($slot);
+$cluster->migrate_end($slot);
+is($cluster->owner($slot)->port, $to->port, "slot $slot moved");
+maps_agree($to, 'a slot moved');
+like(map_of('shards', RlockTest::Resp->connect($to->port)->call_raw('CLUSTER', 'SHARDS')),
+	qr/^$slot-$slot 127\.0\.0\.1:${\ $to->port} /m, 'the moved slot is a range of its own');
+
+# a replica taking over, by CLUSTER FAILOVER and by a killed primary
+my $promoted = $cluster->failover($primaries[1]);
+maps_agree($promoted, 'after CLUSTER FAILOVER');
+my $survivor = $cluster->kill_primary($primaries[2]);
+maps_agree($survivor, 'after a primary was killed');
+unlike(map_of('shards', RlockTest::Resp->connect($survivor->port)->call_raw('CLUSTER', 'SHARDS')),
+	qr/:${\ $primaries[2]->port} /, 'the killed primary serves nothing in the map');
 
 # A reply made to be wrong: RESP2 from Perl data (strings, integers as
 # [i => n], nil as undef, arrays as array references)

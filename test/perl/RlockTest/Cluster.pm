@@ -13,6 +13,9 @@ create, and what tests do to it
   my @p = $cluster->primaries;              # RlockTest::Redis, by port
   my $node = $cluster->owner(1711);         # the primary serving slot 1711
   my $slot = $cluster->slot('mylock');      # CLUSTER KEYSLOT
+  $cluster->migrate_slot($slot, $p[2]);     # or begin, keys, end
+  my $new = $cluster->failover($p[0]);      # CLUSTER FAILOVER on its replica
+  $new = $cluster->kill_primary($p[1]);     # SIGKILL, wait for promotion
   $cluster->stop;
 
 Every wait is bounded and dies when the bound passes.
@@ -60,6 +63,7 @@ sub start
 		  '--cluster-replicas', $opt{replicas} // 1, '--cluster-yes' ],
 		'<', \undef, '>&', \$log)
 	  or die "redis-cli --cluster create failed:\n$log";
+	$self->{replicas} = ($opt{primaries} // 3) * ($opt{replicas} // 1);
 	$self->wait_ok(30)
 	  or die "the cluster did not come up:\n$log";
 	return $self;
@@ -116,6 +120,11 @@ sub wait_ok
 				return 0 unless $info =~ /^cluster_state:ok/m;
 				my $view = eval { $self->view($node) } or return 0;
 				return 0 unless keys %$view >= @live;
+				# the replicas redis-cli assigned are known as such
+				return 0
+				  if defined $self->{replicas}
+				  && (grep { $_->{flags} =~ /slave/ } values %$view)
+				  < $self->{replicas};
 				for my $n (@live)
 				{
 					my $v = $view->{ $n->port } or return 0;
@@ -166,6 +175,143 @@ sub slot
 	my ($self, $key) = @_;
 	my ($any) = grep { $_->pid } @{ $self->{nodes} };
 	return $any->cmd('CLUSTER', 'KEYSLOT', $key);
+}
+
+# The node id of data node $node.
+sub id_of
+{
+	my ($self, $node) = @_;
+	return $node->cmd('CLUSTER', 'MYID');
+}
+
+# Moving slot $slot from its primary to primary $to, in three steps a
+# test can act between: migrate_begin marks the slot (IMPORTING on $to,
+# MIGRATING on the owner: from now on the owner answers ASK for keys it
+# no longer has), migrate_keys moves its keys (all, or at most
+# $opt{count}), migrate_end gives the slot to $to on every primary (the
+# owner answers MOVED from then on).  migrate_slot does all three.
+sub migrate_begin
+{
+	my ($self, $slot, $to) = @_;
+	my $from = $self->owner($slot);
+	die "slot $slot has no owner" unless $from;
+	die "slot $slot is already on port " . $to->port if $from == $to;
+	my $r = $to->cmd('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $self->id_of($from));
+	die "SETSLOT IMPORTING: $r->{error}" if ref $r eq 'HASH';
+	$r = $from->cmd('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $self->id_of($to));
+	die "SETSLOT MIGRATING: $r->{error}" if ref $r eq 'HASH';
+	$self->{migrating}{$slot} = [ $from, $to ];
+	return $from;
+}
+
+sub migrate_keys
+{
+	my ($self, $slot, %opt) = @_;
+	my ($from, $to) = @{ $self->{migrating}{$slot} or die "slot $slot is not migrating" };
+	my $left = $opt{count} // 1e9;
+	while ($left > 0)
+	{
+		my $keys = $from->cmd('CLUSTER', 'GETKEYSINSLOT', $slot,
+			$left < 100 ? $left : 100);
+		last unless ref $keys eq 'ARRAY' && @$keys;
+		my $r = $from->cmd('MIGRATE', '127.0.0.1', $to->port, '', 0, 5000,
+			'KEYS', @$keys);
+		die "MIGRATE: $r->{error}" if ref $r eq 'HASH';
+		$left -= @$keys;
+	}
+}
+
+sub migrate_end
+{
+	my ($self, $slot) = @_;
+	my ($from, $to) = @{ delete $self->{migrating}{$slot} or die "slot $slot is not migrating" };
+	my $id = $self->id_of($to);
+	# the new owner first, then the old one, then the rest
+	for my $node ($to, $from, grep { $_ != $to && $_ != $from } $self->primaries)
+	{
+		my $r = $node->cmd('CLUSTER', 'SETSLOT', $slot, 'NODE', $id);
+		die "SETSLOT NODE: $r->{error}" if ref $r eq 'HASH';
+	}
+	RlockTest::wait_until(
+		sub {
+			for my $node (grep { $_->pid } @{ $self->{nodes} })
+			{
+				my $view = eval { $self->view($node) } or return 0;
+				my $v = $view->{ $to->port } or return 0;
+				return 0
+				  unless grep { $slot >= $_->[0] && $slot <= $_->[1] } @{ $v->{slots} };
+			}
+			return 1;
+		},
+		30)
+	  or die "not every node learnt that slot $slot moved";
+}
+
+sub migrate_slot
+{
+	my ($self, $slot, $to) = @_;
+	$self->migrate_begin($slot, $to);
+	$self->migrate_keys($slot);
+	$self->migrate_end($slot);
+}
+
+# The replica of primary $primary (RlockTest::Redis), or undef.
+sub replica_of
+{
+	my ($self, $primary) = @_;
+	my $id = $self->id_of($primary);
+	my $view = $self->view($primary);
+	for my $port (keys %$view)
+	{
+		my $node = $self->_node_by_port($port);
+		return $node
+		  if $view->{$port}{master_id} eq $id && $node && $node->pid
+		  && $view->{$port}{flags} !~ /fail/;
+	}
+	return undef;
+}
+
+# CLUSTER FAILOVER on the replica of $primary: it takes over without
+# losing a write.  Returns the new primary once every node sees it so
+# and the cluster is ok (bound $timeout, 30 s).
+sub failover
+{
+	my ($self, $primary, $timeout) = @_;
+	my $replica = $self->replica_of($primary) or die 'no replica to fail over to';
+	my $r = $replica->cmd('CLUSTER', 'FAILOVER');
+	die "CLUSTER FAILOVER: $r->{error}" if ref $r eq 'HASH';
+	$self->_wait_promoted($replica, $timeout);
+	return $replica;
+}
+
+# SIGKILL $primary; returns its replica once the cluster promoted it
+# (after cluster-node-timeout) and is ok again without it.
+sub kill_primary
+{
+	my ($self, $primary, $timeout) = @_;
+	my $replica = $self->replica_of($primary) or die 'no replica to promote';
+	$primary->kill9;
+	$self->_wait_promoted($replica, $timeout);
+	return $replica;
+}
+
+sub _wait_promoted
+{
+	my ($self, $node, $timeout) = @_;
+	RlockTest::wait_until(
+		sub {
+			for my $other (grep { $_->pid } @{ $self->{nodes} })
+			{
+				my $view = eval { $self->view($other) } or return 0;
+				my $v = $view->{ $node->port } or return 0;
+				return 0 unless $v->{role} eq 'master' && @{ $v->{slots} };
+				my $info = eval { $other->cmd('CLUSTER', 'INFO') } // '';
+				return 0 unless $info =~ /^cluster_state:ok/m;
+			}
+			return 1;
+		},
+		$timeout // 30)
+	  or die 'the cluster did not promote port ' . $node->port;
 }
 
 sub stop
