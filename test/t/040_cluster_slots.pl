@@ -9,6 +9,7 @@ use IPC::Run ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::Cluster;
 use RlockTest::Redis;
 
 plan skip_all => 'slots do not depend on TLS: the plain round runs this'
@@ -21,6 +22,7 @@ IPC::Run::run([ 'make', '-s', '-C', $top, 'test/out/unit/keyslot' ],
   or BAIL_OUT("building test/unit/keyslot failed:\n$log");
 my $dir = PostgreSQL::Test::Utils::tempdir();
 my $redis = RlockTest::Redis->start(
+	port => RlockTest::Cluster->free_port_pair,
 	args => [ '--cluster-enabled', 'yes',
 		'--cluster-config-file', "$dir/nodes.conf" ]);
 

@@ -28,6 +28,7 @@ use strict;
 use warnings;
 
 use File::Temp ();
+use IO::Socket::INET;
 use IPC::Run ();
 use RlockTest::Redis;
 
@@ -48,6 +49,7 @@ sub start
 		my $dir = "$self->{dir}/node$i";
 		mkdir $dir;
 		push @{ $self->{nodes} }, RlockTest::Redis->start(
+			port => $self->free_port_pair,
 			dir => $dir,
 			tls => 0,
 			args => [
@@ -67,6 +69,36 @@ sub start
 	$self->wait_ok(30)
 	  or die "the cluster did not come up:\n$log";
 	return $self;
+}
+
+# A port for a cluster node: free, and so is the port 10000 above it
+# (the cluster bus), which must stay below 65536; called on a cluster,
+# not one taken by it already, either way.  Also a class method.
+sub free_port_pair
+{
+	my ($self) = @_;
+	my $taken = ref $self ? ($self->{taken} //= {}) : {};
+	for (1 .. 1000)
+	{
+		my $port = 20000 + int(rand(20000));
+		next if grep { $taken->{$_} } ($port, $port + 10000, $port - 10000);
+		my @socks;
+		for my $p ($port, $port + 10000)
+		{
+			my $sock = IO::Socket::INET->new(
+				Listen => 1,
+				LocalAddr => '127.0.0.1',
+				LocalPort => $p,
+				ReuseAddr => 1,
+				Proto => 'tcp') or last;
+			push @socks, $sock;
+		}
+		next unless @socks == 2;
+		close $_ for @socks;
+		$taken->{$port} = $taken->{ $port + 10000 } = 1;
+		return $port;
+	}
+	die 'no free pair of ports for a cluster node';
 }
 
 # All data nodes (RlockTest::Redis).
