@@ -96,18 +96,13 @@ UNIT_CFLAGS = -g -O1 -Wall -Werror -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -Wno-ignored-attributes \
 	-D_GNU_SOURCE -I src -I $(shell $(PG_CONFIG) --includedir-server)
 
-$(UNIT_OUT)/cluster_map: test/unit/cluster_map.c src/redis/cluster.c \
-		src/redis/reply.c test/fuzz/shims.c src/redis/redis_int.h \
-		src/redis/redis.h
+# each program: its own .c in test/unit, and the code it runs
+$(UNIT_OUT)/cluster_map: src/redis/cluster.c src/redis/reply.c test/fuzz/shims.c
+$(UNIT_OUT)/keyslot: src/shared/slots.c
+$(UNIT_OUT)/%: test/unit/%.c $(wildcard src/*/*.h)
 	@mkdir -p $(@D)
 	clang $(UNIT_CFLAGS) -o $@ $(filter %.c,$^) \
 		$(shell $(PG_CONFIG) --pkglibdir)/libpgport.a -lhiredis
-
-$(UNIT_OUT)/keyslot: test/unit/keyslot.c src/shared/slots.c \
-		src/shared/shared.h
-	@mkdir -p $(@D)
-	clang $(UNIT_CFLAGS) -o $@ $(filter %.c,$^) \
-		$(shell $(PG_CONFIG) --pkglibdir)/libpgport.a
 
 fuzz: $(FUZZ_OUT)/fuzz_reply
 	rm -rf $(FUZZ_OUT)/corpus $(FUZZ_OUT)/crashes

@@ -306,6 +306,19 @@ sub guarded_load_finish
 	return \%r;
 }
 
+# Build test/unit/$name.c (test/unit/README.md) and return the program's
+# path; bails out when it does not build.
+sub unit_program
+{
+	my ($name) = @_;
+	my $top = $ENV{TESTDIR} // '.';
+	my $log = '';
+	IPC::Run::run([ 'make', '-s', '-C', $top, "test/out/unit/$name" ],
+		'<', \undef, '>&', \$log)
+	  or BAIL_OUT("building test/unit/$name failed:\n$log");
+	return "$top/test/out/unit/$name";
+}
+
 # Wait until a session can take $n locks at once (prefix "$prefix"), then
 # let them go: with rlock.max_locks = $n, that every entry of the hold table
 # came free.  True if it did within $seconds.

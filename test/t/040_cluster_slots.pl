@@ -15,11 +15,7 @@ use RlockTest::Redis;
 plan skip_all => 'slots do not depend on TLS: the plain round runs this'
   if RlockTest::TLS::everywhere();
 
-my $top = $ENV{TESTDIR} // '.';
-my $log = '';
-IPC::Run::run([ 'make', '-s', '-C', $top, 'test/out/unit/keyslot' ],
-	'<', \undef, '>&', \$log)
-  or BAIL_OUT("building test/unit/keyslot failed:\n$log");
+my $program = RlockTest::unit_program('keyslot');
 my $dir = PostgreSQL::Test::Utils::tempdir();
 my $redis = RlockTest::Redis->start(
 	port => RlockTest::Cluster->free_port_pair,
@@ -43,7 +39,7 @@ my $input = join('', map {
 		"$k\n"
 } @keys);
 my $output = '';
-IPC::Run::run([ "$top/test/out/unit/keyslot" ], '<', \$input, '>', \$output)
+IPC::Run::run([ $program ], '<', \$input, '>', \$output)
   or die 'keyslot failed';
 my @mine = split /\n/, $output;
 is(scalar(@mine), scalar(@keys), 'a slot for every key');

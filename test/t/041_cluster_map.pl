@@ -17,11 +17,7 @@ use RlockTest::Resp;
 plan skip_all => 'the map does not depend on TLS: the plain round runs this'
   if RlockTest::TLS::everywhere();
 
-my $top = $ENV{TESTDIR} // '.';
-my $log = '';
-IPC::Run::run([ 'make', '-s', '-C', $top, 'test/out/unit/cluster_map' ],
-	'<', \undef, '>&', \$log)
-  or BAIL_OUT("building test/unit/cluster_map failed:\n$log");
+my $program = RlockTest::unit_program('cluster_map');
 
 my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 1);
 my @primaries = $cluster->primaries;
@@ -65,7 +61,7 @@ sub map_of
 	my ($mode, $bytes, $tls) = @_;
 	my $out = '';
 	my $err = '';
-	IPC::Run::run([ "$top/test/out/unit/cluster_map", $mode, $tls // 0, 'seed.example' ],
+	IPC::Run::run([ $program, $mode, $tls // 0, 'seed.example' ],
 		'<', \$bytes, '>', \$out, '2>', \$err);
 	die "cluster_map died ($?): $err" if $? != 0;
 	return $out;
