@@ -8,7 +8,8 @@
 #   clean; two instances under pgbench through the failover with no two
 #   critical sections overlapping;
 # - replicas that do not confirm in time: the acquisition fails with
-#   08000 and leaves nothing in Redis;
+#   08000 and leaves nothing in Redis; a release meanwhile is not held
+#   up by the WAIT;
 # - a hold lost in a failover (written to the old primary only) and
 #   taken by someone else on the new one: 40001 at commit;
 # - a Sentinel that names no such primary, one that names an unreachable
@@ -20,6 +21,7 @@ use warnings;
 use File::Temp ();
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time);
 use RlockTest;
 use RlockTest::Hostile;
 use RlockTest::Sentinel;
@@ -122,6 +124,32 @@ like($err,
 cmp_ok($took, '<', 0.3 + 1.5, "within rlock.sync_timeout and a bound ($took s)");
 ok(RlockTest::wait_until(sub { $dep->primary->cmd('EXISTS', 'sync:x') == 0 }, 5),
 	'the unconfirmed acquisition was undone in Redis');
+
+# WAIT holds up its own connection only: while an acquisition waits for
+# the frozen replicas, a release goes through at once
+$_->thaw for $dep->replicas_now;
+my $rel = $na->background_psql('postgres', on_error_stop => 0);
+$rel->query_safe("SELECT rlock_session_lock('sync:rel')");
+is($dep->primary->cmd('EXISTS', 'sync:rel'), 1, 'a session lock is taken (confirmed)');
+$na->safe_psql('postgres', "ALTER SYSTEM SET rlock.sync_timeout = '4s'; SELECT pg_reload_conf()");
+$_->freeze for $dep->replicas_now;
+my $blocked = $na->background_psql('postgres', on_error_stop => 0);
+$blocked->query_safe('\set VERBOSITY verbose');
+RlockTest::send_query($blocked, "SELECT rlock_try('sync:blocked');");
+ok(RlockTest::wait_until(sub { $dep->primary->cmd('EXISTS', 'sync:blocked') == 1 }, 5),
+	'an acquisition is granted by the primary and waits for the replicas');
+my $t0 = time;
+$rel->query("SELECT rlock_session_release('sync:rel')");
+my $release_took = time - $t0;
+is($rel->{stderr}, '', 'the release is answered');
+cmp_ok($release_took, '<', 1,
+	"it did not wait behind WAIT ($release_took s of rlock.sync_timeout's 4 s)");
+is($dep->primary->cmd('EXISTS', 'sync:rel'), 0, 'the lock is gone from Redis');
+my ($bout, $berr) = RlockTest::collect($blocked);
+like($berr, qr/ERROR:  08000: Redis replicas did not confirm lock "sync:blocked"/,
+	'the waiting acquisition fails when rlock.sync_timeout ends');
+$blocked->quit;
+$rel->quit;
 $_->thaw for $dep->replicas_now;
 $na->safe_psql('postgres', "ALTER SYSTEM SET rlock.sync_replicas = 'off'; SELECT pg_reload_conf()");
 ok(RlockTest::wait_until(sub { status($na, 'sync_connection') eq 'unused' }, 5),
@@ -179,7 +207,7 @@ ok(@after > 0, scalar(@after) . ' of them after rlock followed the failover');
 is($load->{ran_overlaps}, 0,
 	'no two critical sections overlapped across the failover');
 is($load->{failed}, 0, 'no lock was lost at commit');
-diag("failover followed in ${followed}s; " . scalar(@{ $load->{ran} })
+diag(sprintf("failover followed in %.1f s; ", $followed) . scalar(@{ $load->{ran} })
 	  . " sections ran, " . scalar(@after) . " after");
 
 # the holds were on the replicas: the new primary has them
