@@ -1465,12 +1465,14 @@ worker_requests_sync_lost(void)
 {
 	int			i;
 
+	if (!worker_sync_conn_missing())
+		return;					/* not needed now */
 	for (i = 0; i < nreqs; i++)
 	{
 		WorkerReq  *req = &reqs[i];
 
 		if (req->state == REQ_PENDING && req->op == RLOCK_OP_ACQUIRE &&
-			req->timer_at == 0 && worker_sync_conn_missing())
+			req->timer_at == 0)
 			worker_timer_set(req,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 rlock_connect_timeout));
