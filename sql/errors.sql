@@ -189,6 +189,10 @@ SELECT rlock_try('err:granted');
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION rlock_try(text, interval, interval) FROM err_app;
 DROP ROLE err_app;
+-- and the 19 columns of 1.2's rlock_stats, the 22 of its rlock_status()
+ALTER EXTENSION rlock UPDATE TO '1.2';
+SELECT acquired IS NOT NULL AS stats_1_2 FROM rlock_stats;
+SELECT topology AS status_1_2 FROM rlock_status();
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
 CREATE EXTENSION rlock;
@@ -196,6 +200,9 @@ SELECT extversion FROM pg_extension WHERE extname = 'rlock';
 -- 1.2's rlock_status() adds the topology and the sync connection
 SELECT topology, sentinel, sentinels_known, last_failover, sync_connection
 FROM rlock_status();
+-- 1.3's adds a Redis Cluster's, and rlock_stats its redirections
+SELECT cluster_node, cluster_primaries, cluster_pubsub FROM rlock_status();
+SELECT cluster_moved, cluster_ask, cluster_retries FROM rlock_stats;
 SELECT count(*) AS granted_to_public FROM pg_proc p
 JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'rlock'

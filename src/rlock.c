@@ -79,6 +79,7 @@ static const struct config_enum_entry tls_options[] = {
 
 int			rlock_topology = RLOCK_TOPOLOGY_STANDALONE;
 char	   *rlock_nodes = NULL;
+int			rlock_cluster_pubsub = RLOCK_CLUSTER_PUBSUB_AUTO;
 char	   *rlock_sentinel_master = NULL;
 char	   *rlock_sentinel_username = NULL;
 char	   *rlock_sentinel_password_file = NULL;
@@ -87,9 +88,18 @@ int			rlock_sync_replicas = RLOCK_SYNC_AUTO;
 static char *rlock_sync_replicas_text = NULL;
 int			rlock_sync_timeout = 1000;
 
+static const struct config_enum_entry cluster_pubsub_options[] = {
+	{"auto", RLOCK_CLUSTER_PUBSUB_AUTO, false},
+	{"sharded", RLOCK_CLUSTER_PUBSUB_SHARDED, false},
+	{"classic", RLOCK_CLUSTER_PUBSUB_CLASSIC, false},
+	{"both", RLOCK_CLUSTER_PUBSUB_BOTH, false},
+	{NULL, 0, false}
+};
+
 static const struct config_enum_entry topology_options[] = {
 	{"standalone", RLOCK_TOPOLOGY_STANDALONE, false},
 	{"sentinel", RLOCK_TOPOLOGY_SENTINEL, false},
+	{"cluster", RLOCK_TOPOLOGY_CLUSTER, false},
 	{NULL, 0, false}
 };
 
@@ -298,7 +308,7 @@ rlock_define_settings(void)
 
 	DefineCustomEnumVariable("rlock.topology",
 							 "How rlock finds the Redis primary.",
-							 "\"standalone\" connects to rlock.host; \"sentinel\" asks the Redis Sentinels in rlock.nodes for the primary named rlock.sentinel_master and follows its failovers.",
+							 "\"standalone\" connects to rlock.host; \"sentinel\" asks the Redis Sentinels in rlock.nodes for the primary named rlock.sentinel_master and follows its failovers; \"cluster\" learns a Redis Cluster's slot map from the nodes in rlock.nodes and sends each key to its primary.",
 							 &rlock_topology,
 							 RLOCK_TOPOLOGY_STANDALONE, topology_options,
 							 PGC_SIGHUP, 0,
@@ -306,11 +316,19 @@ rlock_define_settings(void)
 
 	DefineCustomStringVariable("rlock.nodes",
 							   "Redis nodes to start from: host:port entries separated by commas.",
-							   "With rlock.topology = sentinel, the Redis Sentinels.",
+							   "With rlock.topology = sentinel, the Redis Sentinels; with cluster, nodes of the Redis Cluster.",
 							   &rlock_nodes,
 							   "",
 							   PGC_SIGHUP, 0,
 							   rlock_check_nodes, NULL, NULL);
+
+	DefineCustomEnumVariable("rlock.cluster_pubsub",
+							 "How unlock messages travel in a Redis Cluster.",
+							 "\"auto\" uses sharded pub/sub (SSUBSCRIBE, SPUBLISH) when the cluster knows it, as Redisson 3.22 and later do; \"sharded\" and \"classic\" (SUBSCRIBE, PUBLISH) force one; \"both\" subscribes and publishes in both, for a fleet of old and new clients.",
+							 &rlock_cluster_pubsub,
+							 RLOCK_CLUSTER_PUBSUB_AUTO, cluster_pubsub_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomStringVariable("rlock.sentinel_master",
 							   "Name under which the Redis Sentinels monitor the primary.",

@@ -94,10 +94,23 @@ extern char *rlock_tls_server_name;
 typedef enum RlockTopology
 {
 	RLOCK_TOPOLOGY_STANDALONE,	/* rlock.host and rlock.port name it */
-	RLOCK_TOPOLOGY_SENTINEL		/* Redis Sentinels at rlock.nodes name it */
+	RLOCK_TOPOLOGY_SENTINEL,	/* Redis Sentinels at rlock.nodes name it */
+	RLOCK_TOPOLOGY_CLUSTER		/* a Redis Cluster: rlock.nodes are seeds */
 } RlockTopology;
 extern int	rlock_topology;
 extern char *rlock_nodes;
+
+/* rlock.cluster_pubsub: the pub/sub namespace of unlock messages in a
+ * Redis Cluster */
+typedef enum RlockClusterPubsub
+{
+	RLOCK_CLUSTER_PUBSUB_AUTO,	/* sharded if the cluster knows it, as
+								 * Redisson decides */
+	RLOCK_CLUSTER_PUBSUB_SHARDED,
+	RLOCK_CLUSTER_PUBSUB_CLASSIC,
+	RLOCK_CLUSTER_PUBSUB_BOTH	/* a fleet with both kinds of clients */
+} RlockClusterPubsub;
+extern int	rlock_cluster_pubsub;
 extern char *rlock_sentinel_master;
 extern char *rlock_sentinel_username;
 extern char *rlock_sentinel_password_file;

@@ -177,6 +177,21 @@ rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 	memcpy(key->redis, rlock_prefix(), prefixlen);
 	memcpy(key->redis + prefixlen, utf8, utf8len);
 	key->redis[key->len] = '\0';
+
+	/*
+	 * In a Redis Cluster a lock's scripts touch one slot: the key's, which
+	 * its unlock channel and token counter must share.  Redisson's own
+	 * scripts fail with CROSSSLOT on such a name.
+	 */
+	if (rlock_topology == RLOCK_TOPOLOGY_CLUSTER &&
+		!rlock_name_fits_slot(key->redis, key->len))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock key \"%s\" cannot be used in a Redis Cluster",
+						key->sql),
+				 errdetail("Its unlock channel and fencing token counter, which Redisson names after it, hash to another slot than the key: a brace that opens no hash tag, or one that closes none."),
+				 errhint("Use a key with a complete hash tag, such as \"{%s}\", or without braces.",
+						 key->sql)));
 }
 
 /*

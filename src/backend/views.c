@@ -357,7 +357,8 @@ rlock_stats(PG_FUNCTION_ARGS)
 	st = &rlock_shared->stats;
 
 	memset(nulls, false, sizeof(nulls));
-	for (i = 0; i < RLOCK_NCOUNTERS; i++)
+	/* the counters of 1.0; those added since come last */
+	for (i = 0; i <= RLOCK_STAT_UNLOCK_MESSAGES; i++)
 		values[n++] = Int64GetDatum((int64) pg_atomic_read_u64(&st->counters[i]));
 	for (i = 0; i < RLOCK_NLATENCIES; i++)
 	{
@@ -380,7 +381,11 @@ rlock_stats(PG_FUNCTION_ARGS)
 		n++;
 	}
 	values[n++] = TimestampTzGetDatum((TimestampTz) pg_atomic_read_u64(&st->reset_at));
-	Assert(n == tupdesc->natts);
+	/* the columns of 1.3, which a 1.2 definition has not */
+	for (i = RLOCK_STAT_UNLOCK_MESSAGES + 1; i < RLOCK_NCOUNTERS; i++)
+		values[n++] = Int64GetDatum((int64) pg_atomic_read_u64(&st->counters[i]));
+	Assert(n == tupdesc->natts ||
+		   n - (RLOCK_NCOUNTERS - RLOCK_STAT_UNLOCK_MESSAGES - 1) == tupdesc->natts);
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
@@ -462,8 +467,8 @@ rlock_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
 	RlockWorkerStatus st;
-	Datum		values[22];
-	bool		nulls[22];
+	Datum		values[25];
+	bool		nulls[25];
 	pid_t		pid;
 	int			in_use = 0;
 	int			waiting = 0;
@@ -527,7 +532,9 @@ rlock_status(PG_FUNCTION_ARGS)
 	{
 		bool		sentinel = (st.topology == RLOCK_TOPOLOGY_SENTINEL);
 
-		values[14] = CStringGetTextDatum(sentinel ? "sentinel" : "standalone");
+		values[14] = CStringGetTextDatum(sentinel ? "sentinel" :
+										 st.topology == RLOCK_TOPOLOGY_CLUSTER ?
+										 "cluster" : "standalone");
 		nulls[14] = (pid == 0);
 		values[15] = CStringGetTextDatum(st.sentinel);
 		nulls[15] = (pid == 0 || st.sentinel[0] == '\0');
@@ -544,6 +551,23 @@ rlock_status(PG_FUNCTION_ARGS)
 		nulls[20] = (pid == 0);
 		values[21] = Int32GetDatum(st.replicas);
 		nulls[21] = (pid == 0 || st.replicas < 0);
+	}
+
+	/* the columns of 1.3: a Redis Cluster */
+	if (tupdesc->natts >= 25)
+	{
+		bool		cluster = (st.topology == RLOCK_TOPOLOGY_CLUSTER);
+
+		values[22] = CStringGetTextDatum(st.cluster_node);
+		nulls[22] = (pid == 0 || !cluster || st.cluster_node[0] == '\0');
+		values[23] = Int32GetDatum(st.cluster_primaries);
+		nulls[23] = (pid == 0 || !cluster || !st.cluster_map_known);
+		values[24] = CStringGetTextDatum(st.cluster_pubsub ==
+										 (RLOCK_PUBSUB_CLASSIC | RLOCK_PUBSUB_SHARDED) ?
+										 "both" :
+										 st.cluster_pubsub == RLOCK_PUBSUB_SHARDED ?
+										 "sharded" : "classic");
+		nulls[24] = (pid == 0 || !cluster);
 	}
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

@@ -58,6 +58,16 @@ typedef enum RlockBatchKind
 	RLOCK_BATCH_VERIFY			/* are they held; extend short leases */
 } RlockBatchKind;
 
+/* What a batch's reply says of one hold */
+typedef enum RlockBatchResult
+{
+	RLOCK_BATCH_INVALID,		/* the reply means nothing */
+	RLOCK_BATCH_NOT_HELD,
+	RLOCK_BATCH_HELD,
+	RLOCK_BATCH_ELSEWHERE		/* a Redis Cluster node that no longer
+								 * serves the key's slot: ask its new one */
+} RlockBatchResult;
+
 typedef struct RlockKindMethod
 {
 	const char *name;
@@ -78,12 +88,12 @@ typedef struct RlockKindMethod
 							int64 lease_ms);
 	RlockReleased (*release_result) (const RlockReply *reply);
 
-	/* renew or check n holds at once, with a lease or a margin in ms */
+	/* renew or check n holds at once, with a lease or a margin in ms; in
+	 * a Redis Cluster the holds may be of many slots of one primary */
 	void		(*batch) (RlockArgs *args, RlockCmd *cmd, RlockBatchKind which,
 						  int64 ms, const RlockKindHold *holds, int n);
-	/* whether the reply says hold i is still there; false if it means
-	 * nothing */
-	bool		(*batch_result) (const RlockReply *reply, int i, bool *held);
+	/* whether the reply says hold i is still there */
+	RlockBatchResult (*batch_result) (const RlockReply *reply, int i);
 
 	/* remove the lock whoever holds it, and wake its waiters; the reply
 	 * is an integer, 1 if there was one */

@@ -83,13 +83,23 @@ MemoryContext rlock_redis_context = NULL;
 
 static const RlockConnEvents *events;
 static RlockServer *server = NULL;	/* the data node: the primary */
-static RlockConn *conns[RLOCK_NUSES];	/* by RlockConnUse */
-#define NCONNS	lengthof(conns)
+static RlockConn *conns[RLOCK_NUSES];	/* by RlockConnUse; the data
+										 * ones unused in a cluster */
+
+/* Every connection ever made, for the loops (router.c adds a Redis
+ * Cluster's) */
+static RlockConn **all = NULL;
+static int	nall = 0;
+static int	maxall = 0;
 
 /* Role names for messages, by RlockConnUse */
 static const char *const conn_roles[RLOCK_NUSES] = {
-	"command", "subscriber", "sync", "Sentinel", "Sentinel watch"
+	"command", "subscriber", "sync", "Sentinel", "Sentinel watch", "cluster"
 };
+
+/* the topology these connections were made for, and its nodes */
+static int	configured_topology = -1;
+static char *configured_nodes = NULL;
 
 static WaitEventSet *wait_set = NULL;
 static bool wait_set_stale = true;
@@ -168,10 +178,22 @@ rlock_redis_status_publish(int channels)
 	int			sync_state = conn_wanted(sync, &why) ||
 		sync->state != RLOCK_CONN_DOWN ? (int) sync->state : -1;
 
-	if (!status_dirty && st->cmd_state == (int) cmd->state &&
+	if (!status_dirty && !rlock_redis_cluster() &&
+		st->cmd_state == (int) cmd->state &&
 		st->sub_state == (int) sub->state && st->channels == channels &&
 		st->sync_state == sync_state)
 		return;
+	if (!status_dirty && rlock_redis_cluster() && st->channels == channels)
+	{
+		/* the states of many connections: compare what would be shown */
+		RlockWorkerStatus now;
+
+		now.cmd_state = st->cmd_state;
+		now.sub_state = st->sub_state;
+		rlock_router_status(&now);
+		if (now.cmd_state == st->cmd_state && now.sub_state == st->sub_state)
+			return;
+	}
 	status_dirty = false;
 
 	rlock_status_begin_write();
@@ -190,6 +212,16 @@ rlock_redis_status_publish(int channels)
 	st->replicas = sync->state == RLOCK_CONN_READY && sync->replicas >= 0 ?
 		sync->replicas : cmd->replicas;
 	rlock_sentinel_status(st);
+	st->cluster_primaries = 0;
+	st->cluster_map_known = false;
+	st->cluster_node[0] = '\0';
+	st->cluster_pubsub = rlock_redis_pubsub();
+	if (rlock_redis_cluster())
+	{
+		st->sync_state = -1;
+		st->replicas = -1;
+		rlock_router_status(st);
+	}
 	rlock_status_end_write();
 }
 
@@ -203,18 +235,16 @@ rlock_redis_strdup(const char *s)
 #define conn_strdup rlock_redis_strdup
 
 /*
- * The data node from the settings.  With Sentinel, its address comes
- * from the Sentinels later (rlock_redis_master_moved); the rest (user,
- * password, database, TLS) from rlock.* as for a standalone server.
+ * A data server: host and port as given (empty: named later), the rest
+ * (user, password, database, TLS) from rlock.* as for a standalone server.
  */
 static void
-server_configure(RlockServer *srv)
+server_configure_at(RlockServer *srv, const char *host, int port,
+					const char *unix_socket)
 {
-	bool		sentinel = (rlock_topology == RLOCK_TOPOLOGY_SENTINEL);
-
-	srv->host = conn_strdup(sentinel ? "" : rlock_host);
-	srv->port = sentinel ? 0 : rlock_port;
-	srv->unix_socket = conn_strdup(sentinel ? "" : rlock_unix_socket);
+	srv->host = conn_strdup(host);
+	srv->port = port;
+	srv->unix_socket = conn_strdup(unix_socket);
 	srv->database = rlock_database;
 	srv->username = conn_strdup(rlock_username);
 	srv->password_file = conn_strdup(rlock_password_file);
@@ -226,9 +256,6 @@ server_configure(RlockServer *srv)
 	if (srv->unix_socket[0] != '\0')
 		snprintf(srv->address, sizeof(srv->address), "unix:%s",
 				 srv->unix_socket);
-	else if (sentinel)
-		snprintf(srv->address, sizeof(srv->address),
-				 "(the primary \"%s\", not named yet)", rlock_sentinel_master);
 	else
 		rlock_format_address(srv->address, sizeof(srv->address),
 							 srv->host, srv->port);
@@ -238,10 +265,64 @@ server_configure(RlockServer *srv)
 	srv->tls_unix_logged = false;
 }
 
+/*
+ * A Redis Cluster node's server.
+ */
+void
+rlock_server_configure_node(RlockServer *srv, const char *host, int port)
+{
+	server_configure_at(srv, host, port, "");
+}
+
+/*
+ * Point a server at another address (a failover, the next seed).
+ */
+void
+rlock_server_set_address(RlockServer *srv, const char *host, int port)
+{
+	pfree(srv->host);
+	srv->host = conn_strdup(host);
+	srv->port = port;
+	srv->resolved[0] = '\0';
+	/* a lookup of the old name still running is not used */
+	srv->resolve_stale = srv->resolving;
+	rlock_format_address(srv->address, sizeof(srv->address), host, port);
+}
+
+/*
+ * The data node from the settings.  With Sentinel, its address comes
+ * from the Sentinels later (rlock_redis_master_moved); in a Redis Cluster
+ * it is not used (router.c has a server per primary).
+ */
+static void
+server_configure(RlockServer *srv)
+{
+	if (rlock_topology == RLOCK_TOPOLOGY_STANDALONE)
+		server_configure_at(srv, rlock_host, rlock_port, rlock_unix_socket);
+	else
+	{
+		server_configure_at(srv, "", 0, "");
+		if (rlock_topology == RLOCK_TOPOLOGY_CLUSTER)
+			strlcpy(srv->address, "(Redis Cluster)", sizeof(srv->address));
+		else
+			snprintf(srv->address, sizeof(srv->address),
+					 "(the primary \"%s\", not named yet)",
+					 rlock_sentinel_master);
+	}
+	configured_topology = rlock_topology;
+	if (configured_nodes != NULL)
+		pfree(configured_nodes);
+	configured_nodes = conn_strdup(rlock_nodes);
+}
+
 static bool
 server_settings_changed(RlockServer *srv)
 {
-	if (rlock_sentinel_settings_changed())
+	if (rlock_sentinel_settings_changed() ||
+		configured_topology != rlock_topology)
+		return true;
+	if (rlock_topology == RLOCK_TOPOLOGY_CLUSTER &&
+		strcmp(configured_nodes, rlock_nodes) != 0)
 		return true;
 	if (rlock_topology == RLOCK_TOPOLOGY_STANDALONE &&
 		(strcmp(srv->host, rlock_host) != 0 ||
@@ -288,8 +369,8 @@ conn_start_over(RlockConn *conn)
 	conn->flap_logged = false;
 }
 
-static RlockConn *
-conn_create(RlockServer *srv, RlockConnUse use)
+RlockConn *
+rlock_conn_create(RlockServer *srv, RlockConnUse use)
 {
 	RlockConn  *conn = MemoryContextAllocZero(rlock_redis_context,
 											  sizeof(RlockConn));
@@ -298,6 +379,7 @@ conn_create(RlockServer *srv, RlockConnUse use)
 	conn->use = use;
 	conn->subscriber = (use == RLOCK_USE_SUBSCRIBER || use == RLOCK_USE_WATCH);
 	conn->server = srv;
+	conn->group = conns;
 	conn->replicas = -1;
 	conn->cxt = AllocSetContextCreate(rlock_redis_context,
 									  "rlock connection",
@@ -309,7 +391,90 @@ conn_create(RlockServer *srv, RlockConnUse use)
 	conn_start_over(conn);
 	dlist_init(&conn->inflight);
 	snprintf(conn->error, sizeof(conn->error), "not connected yet");
+
+	if (nall == maxall)
+	{
+		maxall = Max(16, 2 * maxall);
+		all = all == NULL ?
+			MemoryContextAlloc(rlock_redis_context, sizeof(RlockConn *) * maxall) :
+			repalloc(all, sizeof(RlockConn *) * maxall);
+	}
+	all[nall++] = conn;
+	wait_set_stale = true;
 	return conn;
+}
+
+/*
+ * A Redis Cluster node, with its data connections.
+ */
+RlockNode *
+rlock_node_create(const char *host, int port, int index)
+{
+	RlockNode  *n = MemoryContextAllocZero(rlock_redis_context,
+										   sizeof(RlockNode));
+	int			i;
+
+	n->index = index;
+	rlock_server_configure_node(&n->server, host, port);
+	for (i = 0; i < RLOCK_NDATA; i++)
+	{
+		n->conn[i] = rlock_conn_create(&n->server, i);
+		n->conn[i]->node = n;
+		n->conn[i]->group = n->conn;
+	}
+	return n;
+}
+
+/*
+ * Has a node nothing going on: no connection, no command?
+ */
+bool
+rlock_node_idle(RlockNode *node)
+{
+	int			i;
+
+	for (i = 0; i < RLOCK_NDATA; i++)
+	{
+		if (node->conn[i]->state != RLOCK_CONN_DOWN ||
+			!dlist_is_empty(&node->conn[i]->inflight))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Reuse an idle node for another address.
+ */
+void
+rlock_node_move(RlockNode *node, const char *host, int port)
+{
+	int			i;
+
+	rlock_server_set_address(&node->server, host, port);
+	node->id[0] = '\0';
+	node->asked_at = 0;
+	node->note_at = 0;
+	for (i = 0; i < RLOCK_NDATA; i++)
+	{
+		conn_start_over(node->conn[i]);
+		node->conn[i]->fence_id = 0;
+		node->conn[i]->fence_run_id[0] = '\0';
+		node->conn[i]->ever_ready = false;
+	}
+}
+
+/*
+ * The connection settings changed: a node takes them, keeping its address.
+ */
+void
+rlock_node_reconfigure(RlockNode *node)
+{
+	char		host[RLOCK_CLUSTER_HOST_LEN];
+	int			port = node->server.port;
+
+	strlcpy(host, node->server.host, sizeof(host));
+	rlock_server_forget(&node->server);
+	rlock_server_configure_node(&node->server, host, port);
 }
 
 /*
@@ -329,14 +494,23 @@ rlock_redis_start(const RlockConnEvents *ev)
 	server = MemoryContextAllocZero(rlock_redis_context, sizeof(RlockServer));
 	server_configure(server);
 	rlock_sentinel_configure();
-	for (i = 0; i < NCONNS; i++)
-		conns[i] = conn_create(i == RLOCK_USE_SENTINEL || i == RLOCK_USE_WATCH ?
-							   rlock_sentinel_server() : server, i);
+	for (i = 0; i < RLOCK_USE_CLUSTER; i++)
+		conns[i] = rlock_conn_create(i == RLOCK_USE_SENTINEL ||
+									 i == RLOCK_USE_WATCH ?
+									 rlock_sentinel_server() : server, i);
+	rlock_router_configure();
+	conns[RLOCK_USE_CLUSTER] = rlock_router_topology_conn();
 }
 
+/*
+ * The command connection for commands without a key: in a Redis Cluster,
+ * a ready primary's.
+ */
 RlockConn *
 rlock_redis_command_conn(void)
 {
+	if (rlock_redis_cluster())
+		return rlock_router_any();
 	return conns[RLOCK_USE_COMMAND];
 }
 
@@ -344,6 +518,50 @@ RlockConn *
 rlock_redis_subscriber_conn(void)
 {
 	return conns[RLOCK_USE_SUBSCRIBER];
+}
+
+/*
+ * The command connection for a key: the one, or in a Redis Cluster the
+ * key's slot's primary's (which may be a connection that is never ready,
+ * when no primary serves the slot; rlock_conn_error() says so).
+ */
+RlockConn *
+rlock_redis_route(const char *key, int keylen)
+{
+	if (rlock_redis_cluster())
+		return rlock_router_route(key, keylen, RLOCK_USE_COMMAND);
+	return conns[RLOCK_USE_COMMAND];
+}
+
+/*
+ * The subscriber connection for a channel: in a Redis Cluster the
+ * channel's slot's primary's, which sharded pub/sub needs and Redisson
+ * uses for classic pub/sub too.
+ */
+RlockConn *
+rlock_redis_subscriber_for(const char *channel, int len)
+{
+	if (rlock_redis_cluster())
+		return rlock_router_route(channel, len, RLOCK_USE_SUBSCRIBER);
+	return conns[RLOCK_USE_SUBSCRIBER];
+}
+
+bool
+rlock_conn_is_subscriber(RlockConn *conn)
+{
+	return conn->use == RLOCK_USE_SUBSCRIBER;
+}
+
+bool
+rlock_conn_is_sync(RlockConn *conn)
+{
+	return conn->use == RLOCK_USE_SYNC;
+}
+
+const char *
+rlock_conn_address(RlockConn *conn)
+{
+	return conn->server->address;
 }
 
 RlockConn *
@@ -429,14 +647,7 @@ rlock_redis_master_moved(const char *host, int port)
 {
 	int			i;
 
-	pfree(server->host);
-	server->host = conn_strdup(host);
-	server->port = port;
-	server->resolved[0] = '\0';
-	/* a lookup of the old primary's name still running is not used */
-	server->resolve_stale = server->resolving;
-	rlock_format_address(server->address, sizeof(server->address), host,
-						 port);
+	rlock_server_set_address(server, host, port);
 	for (i = RLOCK_USE_COMMAND; i <= RLOCK_USE_SYNC; i++)
 	{
 		RlockConn  *conn = conns[i];
@@ -483,19 +694,20 @@ rlock_redis_reload(void)
 
 	ereport(LOG,
 			(errmsg("rlock connection settings changed, reconnecting to Redis")));
-	for (i = 0; i < NCONNS; i++)
+	for (i = 0; i < nall; i++)
 	{
-		conns[i]->quiet_drop = true;	/* logged above, not a failure */
-		conn_close(conns[i], "connection settings changed", true);
+		all[i]->quiet_drop = true;	/* logged above, not a failure */
+		conn_close(all[i], "connection settings changed", true);
 	}
 	rlock_server_forget(server);
 	server_configure(server);
 	rlock_sentinel_configure();
+	rlock_router_configure();
 	conns[RLOCK_USE_SENTINEL]->server = rlock_sentinel_server();
 	conns[RLOCK_USE_WATCH]->server = rlock_sentinel_server();
 	status_dirty = true;
-	for (i = 0; i < NCONNS; i++)
-		conn_start_over(conns[i]);
+	for (i = 0; i < nall; i++)
+		conn_start_over(all[i]);
 }
 
 /*---- state of a connection, for the worker ----*/
@@ -680,7 +892,7 @@ conn_closed(RlockConn *conn)
 		/* a write left on the wire may still run, until a fence */
 		if (cmd->writes_locks && conn->use == RLOCK_USE_SYNC)
 			conn->fence_owed = true;
-		cmd->done(conn, cmd, NULL);
+		rlock_conn_answer(conn, cmd, NULL);
 	}
 
 	/* a connection lost after a stable while is tried again at once */
@@ -712,8 +924,12 @@ conn_closed(RlockConn *conn)
 	conn->role_inflight = false;
 	if (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH)
 		rlock_sentinel_conn_lost(conn);
+	else if (conn->use == RLOCK_USE_CLUSTER)
+		rlock_router_conn_lost(conn);
 	else
 	{
+		if (conn->node != NULL)
+			rlock_router_conn_lost(conn);
 		/* the primary may have moved: ask the Sentinels at once */
 		if (rlock_sentinel_active())
 			rlock_sentinel_recheck();
@@ -856,6 +1072,8 @@ rlock_conn_became_ready(RlockConn *conn)
 	}
 	if (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH)
 		rlock_sentinel_conn_ready(conn);
+	else if (conn->use == RLOCK_USE_CLUSTER)
+		rlock_router_conn_ready(conn);
 	else
 		events->ready(conn);
 }
@@ -904,6 +1122,17 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 		return false;
 	}
 	appendBinaryStringInfo(&conn->out, formatted, len);
+
+	/* a cluster may redirect it: keep it as sent */
+	cmd->wire = NULL;
+	cmd->redirects = 0;
+	cmd->asked = false;
+	if (conn->node != NULL && conn->state == RLOCK_CONN_READY)
+	{
+		cmd->wire = MemoryContextAlloc(rlock_redis_context, len);
+		memcpy(cmd->wire, formatted, len);
+		cmd->wirelen = len;
+	}
 	redisFreeCommand(formatted);
 
 	cmd->sent_at = GetCurrentTimestamp();
@@ -911,6 +1140,37 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 	conn->last_sent_at = cmd->sent_at;
 	dlist_push_tail(&conn->inflight, &cmd->node);
 	return true;
+}
+
+/*
+ * Queue a command again, as it was sent before on another connection (a
+ * redirection).  False if the connection cannot take it now.
+ */
+bool
+rlock_conn_resend(RlockConn *conn, RlockCmd *cmd)
+{
+	if (!rlock_conn_ready(conn) || cmd->wire == NULL)
+		return false;
+	appendBinaryStringInfo(&conn->out, cmd->wire, cmd->wirelen);
+	cmd->sent_at = GetCurrentTimestamp();
+	cmd->send_seq = ++conn->sends;
+	conn->last_sent_at = cmd->sent_at;
+	dlist_push_tail(&conn->inflight, &cmd->node);
+	return true;
+}
+
+/*
+ * Hand a command its reply (NULL: lost), which ends it here.
+ */
+void
+rlock_conn_answer(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
+{
+	if (cmd->wire != NULL)
+	{
+		pfree(cmd->wire);
+		cmd->wire = NULL;
+	}
+	cmd->done(conn, cmd, reply);
 }
 
 /*
@@ -973,6 +1233,25 @@ conn_dispatch_push(RlockConn *conn, RlockReply *reply)
 	{
 		case RLOCK_FRAME_REPLY:
 			return false;
+		case RLOCK_FRAME_SUNSUBSCRIBE:
+			{
+				const RlockReply *ch = reply->element[1];
+				RlockCmd   *head = dlist_is_empty(&conn->inflight) ? NULL :
+					dlist_head_element(RlockCmd, node, &conn->inflight);
+
+				/* the confirmation of our own SUNSUBSCRIBE */
+				if (head != NULL && head->shape == RLOCK_SHAPE_SUNSUBSCRIBE &&
+					head->channellen == ch->len &&
+					memcmp(head->channel, ch->str, ch->len) == 0)
+					return false;
+				/* Redis's own: the channel's slot left this node */
+				if (conn->use == RLOCK_USE_SUBSCRIBER)
+				{
+					rlock_router_refresh_soon();
+					events->unsubscribed(conn, ch->str, ch->len);
+				}
+				return true;
+			}
 		case RLOCK_FRAME_MESSAGE:
 			if (conn->use == RLOCK_USE_WATCH)
 				rlock_sentinel_message(conn, reply->element[1]->str,
@@ -1050,7 +1329,14 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 	 * command did not run, and is answered as lost with its connection,
 	 * to be sent again to the primary the Sentinels name next.
 	 */
-	cmd->done(conn, cmd, readonly && rlock_sentinel_active() ? NULL : reply);
+	if (reply->type == RLOCK_REPLY_ERROR && !readonly &&
+		rlock_router_redirect(conn, cmd, reply))
+		return;
+	if (readonly && conn->node != NULL)
+		rlock_router_refresh_soon();
+	rlock_conn_answer(conn, cmd,
+					  readonly && (rlock_sentinel_active() || conn->node != NULL) ?
+					  NULL : reply);
 
 	/*
 	 * The server turned replica (a failover, a DNS name that points
@@ -1182,6 +1468,9 @@ static bool
 conn_wanted(RlockConn *conn, const char **why)
 {
 	*why = NULL;
+	if (rlock_redis_cluster() || conn->node != NULL ||
+		conn->use == RLOCK_USE_CLUSTER)
+		return rlock_router_wanted(conn);
 	switch (conn->use)
 	{
 		case RLOCK_USE_SYNC:
@@ -1218,6 +1507,7 @@ conn_wanted(RlockConn *conn, const char **why)
 		case RLOCK_USE_SENTINEL:
 		case RLOCK_USE_WATCH:
 			return rlock_sentinel_active();
+		case RLOCK_USE_CLUSTER:
 		case RLOCK_NUSES:
 			break;
 	}
@@ -1360,6 +1650,21 @@ conn_tick(RlockConn *conn, TimestampTz now)
 				conn_close(conn, conn_timeout_reason(conn), true);
 			break;
 		case RLOCK_CONN_READY:
+			if (conn->node != NULL)
+			{
+				const char *why;
+
+				/* a node that no longer serves slots, or a topology
+				 * that is no longer in use */
+				if (!conn_wanted(conn, &why))
+				{
+					conn->quiet_drop = true;
+					conn_close(conn,
+							   "the node no longer serves slots of the Redis Cluster",
+							   true);
+					break;
+				}
+			}
 			if (conn->use == RLOCK_USE_SYNC &&
 				dlist_is_empty(&conn->inflight))
 			{
@@ -1395,7 +1700,7 @@ conn_tick(RlockConn *conn, TimestampTz now)
 					 * once it answers again.
 					 */
 					if (conn->use == RLOCK_USE_COMMAND)
-						conn_close(conns[RLOCK_USE_SUBSCRIBER],
+						conn_close(conn->group[RLOCK_USE_SUBSCRIBER],
 								   "the command connection stopped getting answers",
 								   false);
 				}
@@ -1415,9 +1720,10 @@ rlock_redis_tick(TimestampTz now)
 {
 	int			i;
 
-	for (i = 0; i < NCONNS; i++)
-		conn_tick(conns[i], now);
+	for (i = 0; i < nall; i++)
+		conn_tick(all[i], now);
 	rlock_sentinel_tick(now);
+	rlock_router_tick(now);
 }
 
 static TimestampTz
@@ -1463,8 +1769,9 @@ rlock_redis_next_tick(void)
 	TimestampTz next = DT_NOEND;
 	int			i;
 
-	for (i = 0; i < NCONNS; i++)
-		next = Min(next, conn_next_tick(conns[i]));
+	for (i = 0; i < nall; i++)
+		next = Min(next, conn_next_tick(all[i]));
+	next = Min(next, rlock_router_next());
 	return Min(next, rlock_sentinel_next());
 }
 
@@ -1477,9 +1784,9 @@ rlock_redis_flush(void)
 {
 	int			i;
 
-	for (i = 0; i < NCONNS; i++)
+	for (i = 0; i < nall; i++)
 	{
-		RlockConn  *conn = conns[i];
+		RlockConn  *conn = all[i];
 
 		if (!conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
 			conn->out_pos < conn->out.len)
@@ -1519,13 +1826,13 @@ wait_set_build(void)
 
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(rlock_redis_context, 2 + NCONNS);
+	wait_set = CreateWaitEventSet(rlock_redis_context, 2 + nall);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
 					  NULL, NULL);
-	for (i = 0; i < NCONNS; i++)
+	for (i = 0; i < nall; i++)
 	{
-		RlockConn  *conn = conns[i];
+		RlockConn  *conn = all[i];
 
 		conn->pos = -1;
 		if (conn->sock == PGINVALID_SOCKET)
@@ -1546,25 +1853,34 @@ wait_set_build(void)
 void
 rlock_redis_wait(long timeout_ms)
 {
-	WaitEvent	events_out[2 + NCONNS];
-	bool		moved[NCONNS];
+	static WaitEvent *events_out = NULL;
+	static int	max_events = 0;
 	int			nevents;
 	int			i;
 
-	for (i = 0; i < NCONNS; i++)
+	for (i = 0; i < nall; i++)
 	{
-		if (conns[i]->read_more ||
-			(conns[i]->transport != NULL && conns[i]->tls != NULL &&
-			 conns[i]->transport->pending(conns[i])))
+		if (all[i]->read_more ||
+			(all[i]->transport != NULL && all[i]->tls != NULL &&
+			 all[i]->transport->pending(all[i])))
 			timeout_ms = 0;
 	}
 	if (wait_set_stale)
 		wait_set_build();
-	for (i = 0; i < NCONNS; i++)
+	if (max_events < 2 + nall)
 	{
-		RlockConn  *conn = conns[i];
+		if (events_out != NULL)
+			pfree(events_out);
+		max_events = 2 + nall;
+		events_out = MemoryContextAlloc(rlock_redis_context,
+										sizeof(WaitEvent) * max_events);
+	}
+	for (i = 0; i < nall; i++)
+	{
+		RlockConn  *conn = all[i];
 		uint32		want = conn_events(conn);
 
+		conn->woke = false;
 		if (conn->pos >= 0 && want != 0 && want != conn->registered)
 		{
 			ModifyWaitEvent(wait_set, conn->pos, want, NULL);
@@ -1573,13 +1889,10 @@ rlock_redis_wait(long timeout_ms)
 	}
 
 	nevents = WaitEventSetWait(wait_set, timeout_ms, events_out,
-							   lengthof(events_out), PG_WAIT_EXTENSION);
-	for (i = 0; i < NCONNS; i++)
-		moved[i] = false;
+							   max_events, PG_WAIT_EXTENSION);
 	for (i = 0; i < nevents; i++)
 	{
 		RlockConn  *conn = (RlockConn *) events_out[i].user_data;
-		int			j;
 
 		if (events_out[i].events & WL_LATCH_SET)
 		{
@@ -1588,8 +1901,7 @@ rlock_redis_wait(long timeout_ms)
 		}
 		if (conn == NULL || conn->pos != events_out[i].pos || conn->failed)
 			continue;
-		for (j = 0; j < NCONNS; j++)
-			moved[j] |= (conns[j] == conn);
+		conn->woke = true;
 		conn_io(conn);
 	}
 
@@ -1598,11 +1910,11 @@ rlock_redis_wait(long timeout_ms)
 	 * TLS, with no socket event to say so: one pass for each connection
 	 * that had none now.
 	 */
-	for (i = 0; i < NCONNS; i++)
+	for (i = 0; i < nall; i++)
 	{
-		RlockConn  *conn = conns[i];
+		RlockConn  *conn = all[i];
 
-		if (!moved[i] && !conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
+		if (!conn->woke && !conn->failed && conn->state >= RLOCK_CONN_HANDSHAKE &&
 			(conn->read_more ||
 			 (conn->tls != NULL && conn->transport->pending(conn))))
 			conn_io(conn);

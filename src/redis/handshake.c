@@ -66,7 +66,7 @@ typedef struct HandshakeCmd
 /* CLIENT SETNAME of each kind of connection, by RlockConnUse */
 static const char *const handshake_client_names[RLOCK_NUSES] = {
 	"rlock_command", "rlock_subscriber", "rlock_sync", "rlock_sentinel",
-	"rlock_sentinel_watch"
+	"rlock_sentinel_watch", "rlock_cluster"
 };
 
 static MemoryContext handshake_cxt = NULL;
@@ -230,6 +230,12 @@ rlock_handshake_begin(RlockConn *conn)
 		explicit_bzero(args->buf.data, args->buf.len);
 	}
 
+	if (conn->node != NULL && srv->database != 0)
+	{
+		rlock_conn_give_up(conn,
+						   "a Redis Cluster has database 0 only: set rlock.database to 0");
+		return;
+	}
 	if ((conn->use == RLOCK_USE_COMMAND || conn->use == RLOCK_USE_SYNC) &&
 		srv->database != 0)
 	{
@@ -246,7 +252,8 @@ rlock_handshake_begin(RlockConn *conn)
 	handshake_send(conn, STEP_SETNAME, RLOCK_SHAPE_OK, 0);
 
 	/* a Sentinel must answer (a wrong password fails here) */
-	if (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH)
+	if (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH ||
+		conn->use == RLOCK_USE_CLUSTER)
 	{
 		args = handshake_args_reset();
 		rlock_args_cstr(args, "PING");
@@ -289,14 +296,21 @@ handshake_refuse_server(RlockConn *conn, const char *mode, const char *role)
 
 	bool		sentinel = rlock_sentinel_active();
 
-	if (mode != NULL && strcmp(mode, "cluster") == 0)
-		why = "the server runs in cluster mode, which rlock does not support yet: point rlock.host at a standalone Redis";
+	if (mode != NULL && conn->node != NULL)
+	{
+		if (strcmp(mode, "cluster") != 0)
+			why = "the server the Redis Cluster's slot map names is not in cluster mode";
+	}
+	else if (mode != NULL && strcmp(mode, "cluster") == 0)
+		why = "the server runs in cluster mode: set rlock.topology to cluster, with the node in rlock.nodes";
 	else if (mode != NULL && strcmp(mode, "sentinel") == 0)
 		why = sentinel ?
 			"the Sentinels named a Redis Sentinel as the primary" :
 			"the server is a Redis Sentinel, not a Redis server: point rlock.host at the primary it monitors, or set rlock.topology to sentinel";
 	else if (role != NULL && strcmp(role, "slave") == 0)
-		why = sentinel ?
+		why = conn->node != NULL ?
+			"the node is a replica now, not a primary of the Redis Cluster (a failover is under way)" :
+			sentinel ?
 			"the server the Sentinels named is a replica now, not the primary (a failover is under way)" :
 			"the server is a read-only replica: point rlock.host at the primary";
 	else if (role != NULL)
@@ -308,6 +322,8 @@ handshake_refuse_server(RlockConn *conn, const char *mode, const char *role)
 		/* a demoted primary is left at once; the Sentinels know better */
 		if (sentinel)
 			rlock_sentinel_recheck();
+		if (conn->node != NULL)
+			rlock_router_refresh_soon();
 	}
 }
 
@@ -385,14 +401,24 @@ handshake_fence(RlockConn *conn)
 	int64		previous;
 	bool		same_server;
 
-	SpinLockAcquire(&rlock_shared->mutex);
-	previous = (conn->use == RLOCK_USE_SYNC) ?
-		rlock_shared->sync_client_id : rlock_shared->cmd_client_id;
-	same_server = (conn->run_id[0] != '\0' &&
-				   strcmp(conn->use == RLOCK_USE_SYNC ?
-						  rlock_shared->sync_run_id :
-						  rlock_shared->cmd_run_id, conn->run_id) == 0);
-	SpinLockRelease(&rlock_shared->mutex);
+	if (conn->node != NULL)
+	{
+		/* each primary of a cluster has its own; this worker's only */
+		previous = conn->fence_id;
+		same_server = (conn->run_id[0] != '\0' &&
+					   strcmp(conn->fence_run_id, conn->run_id) == 0);
+	}
+	else
+	{
+		SpinLockAcquire(&rlock_shared->mutex);
+		previous = (conn->use == RLOCK_USE_SYNC) ?
+			rlock_shared->sync_client_id : rlock_shared->cmd_client_id;
+		same_server = (conn->run_id[0] != '\0' &&
+					   strcmp(conn->use == RLOCK_USE_SYNC ?
+							  rlock_shared->sync_run_id :
+							  rlock_shared->cmd_run_id, conn->run_id) == 0);
+		SpinLockRelease(&rlock_shared->mutex);
+	}
 
 	if (previous <= 0 || !same_server)
 		return;
@@ -416,6 +442,12 @@ rlock_handshake_publish_id(RlockConn *conn)
 	/* without the server's name the id cannot be used safely */
 	int64		id = (conn->run_id[0] != '\0') ? conn->client_id : 0;
 
+	if (conn->node != NULL)
+	{
+		conn->fence_id = id;
+		strlcpy(conn->fence_run_id, conn->run_id, sizeof(conn->fence_run_id));
+		return;
+	}
 	SpinLockAcquire(&rlock_shared->mutex);
 	if (conn->use == RLOCK_USE_SYNC)
 	{

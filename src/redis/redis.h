@@ -74,7 +74,9 @@ typedef enum RlockShape
 	RLOCK_SHAPE_ARRAY,			/* an array of anything */
 	RLOCK_SHAPE_ARRAY_OR_NIL,
 	RLOCK_SHAPE_SUBSCRIBE,		/* ["subscribe", channel, count] */
-	RLOCK_SHAPE_UNSUBSCRIBE		/* ["unsubscribe", channel, count] */
+	RLOCK_SHAPE_UNSUBSCRIBE,	/* ["unsubscribe", channel, count] */
+	RLOCK_SHAPE_SSUBSCRIBE,		/* ["ssubscribe", channel, count] */
+	RLOCK_SHAPE_SUNSUBSCRIBE	/* ["sunsubscribe", channel, count] */
 } RlockShape;
 
 /* What an error reply means for whoever sent the command */
@@ -119,6 +121,16 @@ struct RlockCmd
 	TimestampTz sent_at;
 	uint64		send_seq;		/* its place among the connection's sends */
 	bool		writes_locks;	/* may still write a lock if left behind */
+	/* an (S)UNSUBSCRIBE: its channel, owned by the sender, so that Redis's
+	 * own sunsubscribe of it is told from the confirmation */
+	const char *channel;
+	int			channellen;
+
+	/* in a Redis Cluster: the command as sent, for a redirection */
+	char	   *wire;
+	int			wirelen;
+	int			redirects;		/* MOVED and ASK followed so far */
+	bool		asked;			/* sent behind ASKING */
 };
 
 /*
@@ -163,12 +175,26 @@ typedef struct RlockConnEvents
 	void		(*message) (RlockConn *conn, const char *channel,
 							int channellen, const char *payload,
 							int payloadlen);
+	/* Redis dropped a shard channel's subscription by itself: its slot
+	 * moved to another node */
+	void		(*unsubscribed) (RlockConn *conn, const char *channel,
+								 int channellen);
 } RlockConnEvents;
+
 
 extern void rlock_redis_start(const RlockConnEvents *events);
 extern void rlock_redis_reload(void);
 extern RlockConn *rlock_redis_command_conn(void);
 extern RlockConn *rlock_redis_subscriber_conn(void);
+extern bool rlock_redis_cluster(void);
+extern RlockConn *rlock_redis_route(const char *key, int keylen);
+extern RlockConn *rlock_redis_subscriber_for(const char *channel, int len);
+extern int	rlock_redis_pubsub(void);
+extern void rlock_redis_refresh_soon(void);
+extern const char *rlock_redis_route_note(RlockConn *conn);
+extern bool rlock_conn_is_subscriber(RlockConn *conn);
+extern bool rlock_conn_is_sync(RlockConn *conn);
+extern const char *rlock_conn_address(RlockConn *conn);
 extern RlockConn *rlock_redis_sync_conn(void);
 extern int	rlock_redis_sync_need(int *ask);
 extern void rlock_redis_sync_acks(int acks);

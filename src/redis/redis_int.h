@@ -70,7 +70,9 @@ typedef struct RlockReader
 typedef enum RlockPubsubFrame
 {
 	RLOCK_FRAME_REPLY,			/* answers the oldest command */
-	RLOCK_FRAME_MESSAGE,		/* ["message", channel, payload] */
+	RLOCK_FRAME_MESSAGE,		/* ["message" or "smessage", channel,
+								 * payload] */
+	RLOCK_FRAME_SUNSUBSCRIBE,	/* ["sunsubscribe", channel, count] */
 	RLOCK_FRAME_MALFORMED		/* a push of a shape Redis never sends */
 } RlockPubsubFrame;
 
@@ -164,8 +166,14 @@ typedef enum RlockConnUse
 	RLOCK_USE_SYNC,				/* acquisitions followed by WAIT */
 	RLOCK_USE_SENTINEL,			/* questions to a Sentinel */
 	RLOCK_USE_WATCH,			/* a Sentinel's +switch-master messages */
+	RLOCK_USE_CLUSTER,			/* a Redis Cluster node asked for the map */
 	RLOCK_NUSES
 } RlockConnUse;
+
+/* The connections a data node has: COMMAND, SUBSCRIBER, SYNC */
+#define RLOCK_NDATA		(RLOCK_USE_SYNC + 1)
+
+struct RlockNode;
 
 struct RlockConn
 {
@@ -173,6 +181,9 @@ struct RlockConn
 	RlockConnUse use;
 	bool		subscriber;		/* SUBSCRIBER or WATCH: pushes come */
 	RlockServer *server;
+	struct RlockNode *node;		/* a Redis Cluster primary's, else NULL */
+	RlockConn **group;			/* the data connections of its server, by
+								 * use (COMMAND, SUBSCRIBER, SYNC) */
 	MemoryContext cxt;			/* buffers and replies of this connection */
 	RlockConnState state;
 
@@ -200,6 +211,9 @@ struct RlockConn
 	int64		client_id;		/* CLIENT ID of this connection, 0 if not
 								 * known */
 	int			replicas;		/* replicas ROLE listed, -1 if not known */
+	int64		fence_id;		/* in a cluster: CLIENT ID of the latest
+								 * connection made, for the next one's fence */
+	char		fence_run_id[RLOCK_RUN_ID_LEN + 1];
 	bool		fence_owed;		/* sync: lost with commands on the wire */
 	TimestampTz role_at;		/* when ROLE was last sent */
 	bool		role_inflight;
@@ -218,6 +232,7 @@ struct RlockConn
 	bool		outage_logged;	/* the current outage was logged */
 	bool		ready_logged;	/* and so was its end */
 	bool		flap_logged;	/* losses right after READY were logged */
+	bool		woke;			/* its socket had an event this wake-up */
 };
 
 /* conn.c */
@@ -269,6 +284,51 @@ extern bool rlock_cluster_map_from_slots(const RlockReply *reply,
 										 const char *seed_host,
 										 RlockClusterMap *map, char *error,
 										 size_t errlen);
+
+/* A Redis Cluster primary (or a node a redirection named) */
+typedef struct RlockNode
+{
+	RlockServer server;
+	RlockConn  *conn[RLOCK_NDATA];
+	int			index;			/* in router.c's table */
+	bool		primary;		/* serves slots, as far as rlock knows */
+	bool		was_primary;	/* before the latest map */
+	char		id[RLOCK_CLUSTER_ID_LEN];
+	TimestampTz asked_at;		/* an ASK named it then */
+	char		note[128];		/* the latest TRYAGAIN or CLUSTERDOWN */
+	TimestampTz note_at;
+} RlockNode;
+
+/* router.c */
+extern void rlock_router_configure(void);
+extern bool rlock_router_wanted(RlockConn *conn);
+extern void rlock_router_tick(TimestampTz now);
+extern TimestampTz rlock_router_next(void);
+extern void rlock_router_conn_ready(RlockConn *conn);
+extern void rlock_router_conn_lost(RlockConn *conn);
+extern bool rlock_router_redirect(RlockConn *conn, RlockCmd *cmd,
+								  const RlockReply *reply);
+extern void rlock_router_refresh_soon(void);
+extern RlockConn *rlock_router_route(const char *key, int keylen,
+									 RlockConnUse use);
+extern RlockConn *rlock_router_any(void);
+extern int	rlock_router_nodes(RlockNode ***out);
+extern RlockConn *rlock_router_topology_conn(void);
+extern void rlock_router_status(RlockWorkerStatus *st);
+
+/* conn.c, for router.c */
+extern RlockConn *rlock_conn_create(RlockServer *srv, RlockConnUse use);
+extern bool rlock_conn_resend(RlockConn *conn, RlockCmd *cmd);
+extern void rlock_conn_answer(RlockConn *conn, RlockCmd *cmd,
+							  const RlockReply *reply);
+extern void rlock_server_configure_node(RlockServer *srv, const char *host,
+										int port);
+extern void rlock_server_set_address(RlockServer *srv, const char *host,
+									 int port);
+extern RlockNode *rlock_node_create(const char *host, int port, int index);
+extern bool rlock_node_idle(RlockNode *node);
+extern void rlock_node_move(RlockNode *node, const char *host, int port);
+extern void rlock_node_reconfigure(RlockNode *node);
 
 /* sentinel.c */
 extern void rlock_sentinel_configure(void);

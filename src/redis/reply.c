@@ -486,6 +486,10 @@ rlock_reply_fits(const RlockReply *reply, RlockShape shape, int n)
 			return reply_is_confirmation(reply, "subscribe", false);
 		case RLOCK_SHAPE_UNSUBSCRIBE:
 			return reply_is_confirmation(reply, "unsubscribe", true);
+		case RLOCK_SHAPE_SSUBSCRIBE:
+			return reply_is_confirmation(reply, "ssubscribe", false);
+		case RLOCK_SHAPE_SUNSUBSCRIBE:
+			return reply_is_confirmation(reply, "sunsubscribe", true);
 	}
 	return false;
 }
@@ -530,9 +534,11 @@ rlock_reply_classify(const RlockReply *reply)
 
 /*
  * On a subscriber connection: is a reply a published message, an answer
- * to the oldest command, or a push no Redis would send us?  rlock only
- * subscribes to plain channels, so "message" is the only push; a
- * "message" must be [kind, channel, payload], all strings.
+ * to the oldest command, or a push no Redis would send us?  rlock
+ * subscribes to plain and shard channels, never to patterns, so
+ * "message" and "smessage" are the pushes, each [kind, channel,
+ * payload], all strings; and "sunsubscribe", which Redis also sends
+ * unasked when a shard channel's slot leaves the node.
  */
 RlockPubsubFrame
 rlock_reply_pubsub_frame(const RlockReply *reply)
@@ -540,7 +546,8 @@ rlock_reply_pubsub_frame(const RlockReply *reply)
 	if (reply->type != RLOCK_REPLY_ARRAY || reply->elements == 0 ||
 		reply->element[0]->type != RLOCK_REPLY_STRING)
 		return RLOCK_FRAME_REPLY;
-	if (reply_is_string(reply->element[0], "message"))
+	if (reply_is_string(reply->element[0], "message") ||
+		reply_is_string(reply->element[0], "smessage"))
 	{
 		if (reply->elements == 3 &&
 			reply->element[1]->type == RLOCK_REPLY_STRING &&
@@ -548,8 +555,15 @@ rlock_reply_pubsub_frame(const RlockReply *reply)
 			return RLOCK_FRAME_MESSAGE;
 		return RLOCK_FRAME_MALFORMED;
 	}
-	if (reply_is_string(reply->element[0], "pmessage") ||
-		reply_is_string(reply->element[0], "smessage"))
+	if (reply_is_string(reply->element[0], "pmessage"))
 		return RLOCK_FRAME_MALFORMED;
+	if (reply_is_string(reply->element[0], "sunsubscribe"))
+	{
+		/* a confirmation, or Redis's own when the slot moved: the
+		 * connection tells them apart by its commands */
+		if (reply_is_confirmation(reply, "sunsubscribe", false))
+			return RLOCK_FRAME_SUNSUBSCRIBE;
+		return RLOCK_FRAME_MALFORMED;
+	}
 	return RLOCK_FRAME_REPLY;
 }

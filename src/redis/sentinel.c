@@ -287,6 +287,9 @@ rlock_sentinel_master_known(void)
 bool
 rlock_redis_failover_awaited(void)
 {
+	/* in a Redis Cluster: while a node answers the map's questions */
+	if (rlock_redis_cluster())
+		return rlock_conn_ready(rlock_redis_conn(RLOCK_USE_CLUSTER));
 	return rlock_sentinel_active() &&
 		rlock_conn_ready(rlock_redis_conn(RLOCK_USE_SENTINEL));
 }

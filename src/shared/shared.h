@@ -204,6 +204,9 @@ typedef enum RlockCounter
 	RLOCK_STAT_REDIS_ERRORS,	/* error replies from Redis */
 	RLOCK_STAT_SUBSCRIPTIONS,	/* channels subscribed */
 	RLOCK_STAT_UNLOCK_MESSAGES, /* unlock messages received */
+	RLOCK_STAT_CLUSTER_MOVED,	/* MOVED redirections followed */
+	RLOCK_STAT_CLUSTER_ASK,		/* ASK redirections followed */
+	RLOCK_STAT_CLUSTER_RETRIES, /* TRYAGAIN and CLUSTERDOWN answers */
 	RLOCK_NCOUNTERS
 } RlockCounter;
 
@@ -249,6 +252,10 @@ typedef enum RlockConnState
  * writing); readers copy it and retry until they see the same even count
  * on both sides.
  */
+/* The pub/sub namespaces unlock messages use (rlock.cluster_pubsub) */
+#define RLOCK_PUBSUB_CLASSIC	0x01	/* SUBSCRIBE, PUBLISH */
+#define RLOCK_PUBSUB_SHARDED	0x02	/* SSUBSCRIBE, SPUBLISH */
+
 typedef struct RlockWorkerStatus
 {
 	pg_atomic_uint32 changecount;
@@ -271,6 +278,10 @@ typedef struct RlockWorkerStatus
 	int			sentinels_reachable;
 	char		last_switch[2 * RLOCK_ADDRESS_LEN + 8];	/* "old -> new" */
 	TimestampTz last_switch_at;
+	char		cluster_node[RLOCK_ADDRESS_LEN];	/* asked for the map */
+	int			cluster_primaries;	/* in the latest slot map */
+	bool		cluster_map_known;
+	int			cluster_pubsub; /* RLOCK_PUBSUB_* in use, 0 if none */
 } RlockWorkerStatus;
 
 /* The fixed part of rlock's shared memory */

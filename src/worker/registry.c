@@ -93,18 +93,19 @@ registry_due(void)
 void
 rlock_registry_tick(TimestampTz now)
 {
-	RlockConn  *conn = rlock_redis_command_conn();
+	RlockConn  *conn;
 	RlockArgs  *args;
 	WorkerCmd  *wc;
 	char		key[RLOCK_UUID_LEN + 32];
 
+	snprintf(key, sizeof(key), "rlock_instance:{%s}", rlock_shared->uuid);
+	conn = rlock_redis_route(key, strlen(key));
 	if (rlock_owners_changed())
 		registry_dirty = true;
 	if (registry_inflight || !rlock_conn_ready(conn) || now < registry_due())
 		return;
 
 	args = worker_args();
-	snprintf(key, sizeof(key), "rlock_instance:{%s}", rlock_shared->uuid);
 	rlock_args_script(args, script_register, 1);
 	rlock_args_cstr(args, key);
 	rlock_args_int(args, 3 * RLOCK_REGISTRY_PERIOD_MS);

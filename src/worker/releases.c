@@ -148,7 +148,7 @@ worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
 	wc->target = target;
 	wc->lease_ms = worker_lease(lease_ms);
 	rlock_kinds[h->kind]->release(args, &wc->cmd, &kh, target, wc->lease_ms);
-	if (!worker_cmd_send(rlock_redis_command_conn(), wc, args))
+	if (!worker_cmd_send(rlock_hold_conn(index), wc, args))
 	{
 		SpinLockAcquire(&h->mutex);
 		h->unacked--;
@@ -182,6 +182,7 @@ worker_sync_hold(int index)
 	int32		target = 0;
 	int64		lease_ms = 0;
 	uint64		owner_id = 0;
+	bool		ready = rlock_conn_ready(rlock_hold_conn(index));
 
 	rlock_owners_note(index);
 	SpinLockAcquire(&h->mutex);
@@ -194,7 +195,7 @@ worker_sync_hold(int index)
 			h->to_release = 0;
 			h->resync = true;
 		}
-		if (h->resync && rlock_conn_ready(rlock_redis_command_conn()) &&
+		if (h->resync && ready &&
 			worker_sync_may_resync(index))
 		{
 			send = true;

@@ -59,6 +59,7 @@ rlock_renew_soon(void)
 	next_renewal = GetCurrentTimestamp();
 }
 
+
 /*
  * Send one batch of entries (index and generation pairs) to the renew or
  * verify command of their kind.  The command carries the pairs, the slot
@@ -67,8 +68,8 @@ rlock_renew_soon(void)
  * they are copied.
  */
 bool
-rlock_batch_send(WorkerCmdType type, int64 arg_ms, const int *pairs, int n,
-				 int slot, uint64 seq, int32 tag)
+rlock_batch_send(RlockConn *conn, WorkerCmdType type, int64 arg_ms,
+				 const int *pairs, int n, int slot, uint64 seq, int32 tag)
 {
 	WorkerCmd  *wc = worker_cmd_new(type);
 	RlockArgs  *args = worker_args();
@@ -99,7 +100,103 @@ rlock_batch_send(WorkerCmdType type, int64 arg_ms, const int *pairs, int n,
 	wc->nholds = n;
 	wc->holds = MemoryContextAlloc(rlock_worker_context, sizeof(int) * 2 * n);
 	memcpy(wc->holds, pairs, sizeof(int) * 2 * n);
-	return worker_cmd_send(rlock_redis_command_conn(), wc, args);
+	return worker_cmd_send(conn, wc, args);
+}
+
+/*
+ * The connection an entry's commands go on: its key's.
+ */
+RlockConn *
+rlock_hold_conn(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	return rlock_redis_route(h->key, h->keylen);
+}
+
+/*
+ * Entries gathered into batches by the connection they go on (one in a
+ * single server, one per primary in a Redis Cluster), sent as each fills.
+ */
+typedef struct BatchBucket
+{
+	RlockConn  *conn;
+	int			n;
+	int			pairs[2 * RLOCK_BATCH];
+} BatchBucket;
+
+void
+rlock_batcher_init(RlockBatcher *b, WorkerCmdType type, int64 arg_ms,
+				   int slot, uint64 seq, int32 tag)
+{
+	b->type = type;
+	b->arg_ms = arg_ms;
+	b->slot = slot;
+	b->seq = seq;
+	b->tag = tag;
+	b->buckets = NIL;
+	b->sent = 0;
+	b->failed = false;
+}
+
+static void
+batcher_flush_bucket(RlockBatcher *b, BatchBucket *k)
+{
+	if (k->n == 0)
+		return;
+	if (rlock_batch_send(k->conn, b->type, b->arg_ms, k->pairs, k->n,
+						 b->slot, b->seq, b->tag))
+		b->sent++;
+	else
+		b->failed = true;
+	k->n = 0;
+}
+
+/*
+ * Add an entry (index and generation) to its connection's batch.
+ */
+void
+rlock_batcher_add(RlockBatcher *b, int index, int generation)
+{
+	RlockConn  *conn = rlock_hold_conn(index);
+	BatchBucket *k = NULL;
+	ListCell   *lc;
+
+	foreach(lc, b->buckets)
+	{
+		if (((BatchBucket *) lfirst(lc))->conn == conn)
+		{
+			k = (BatchBucket *) lfirst(lc);
+			break;
+		}
+	}
+	if (k == NULL)
+	{
+		k = palloc(sizeof(BatchBucket));	/* the pass's memory */
+		k->conn = conn;
+		k->n = 0;
+		b->buckets = lappend(b->buckets, k);
+	}
+	k->pairs[2 * k->n] = index;
+	k->pairs[2 * k->n + 1] = generation;
+	if (++k->n == RLOCK_BATCH)
+		batcher_flush_bucket(b, k);
+}
+
+/*
+ * Send what is left.  Returns the number of batches sent in all; b->failed
+ * says whether a connection could not take one.
+ */
+int
+rlock_batcher_finish(RlockBatcher *b)
+{
+	ListCell   *lc;
+
+	foreach(lc, b->buckets)
+		batcher_flush_bucket(b, (BatchBucket *) lfirst(lc));
+	list_free_deep(b->buckets);
+	b->buckets = NIL;
+	return b->sent;
 }
 
 /*
@@ -127,8 +224,10 @@ rlock_hold_mark_lost(RlockHold *h)
  */
 int
 rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
-				  bool extend_only, int *extended)
+				  bool extend_only, int *extended, int *elsewhere)
 {
+	int			nelsewhere = 0;
+
 	const RlockKindMethod *kind;
 	TimestampTz expires = TimestampTzPlusMilliseconds(wc->cmd.sent_at,
 													  wc->lease_ms);
@@ -139,14 +238,14 @@ rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
 
 	if (extended)
 		*extended = 0;
+	if (elsewhere)
+		*elsewhere = 0;
 	if (reply == NULL || reply->type == RLOCK_REPLY_ERROR)
 		return -1;
 	kind = rlock_kinds[wc->kind];
 	for (i = 0; i < wc->nholds; i++)
 	{
-		bool		held;
-
-		if (!kind->batch_result(reply, i, &held))
+		if (kind->batch_result(reply, i) == RLOCK_BATCH_INVALID)
 		{
 			worker_unknown_status(conn, wc, wc->kind);
 			return -1;
@@ -156,13 +255,24 @@ rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
 	for (i = 0; i < wc->nholds; i++)
 	{
 		RlockHold  *h = rlock_hold(wc->holds[2 * i]);
-		bool		held;
+		RlockBatchResult result = kind->batch_result(reply, i);
 
-		(void) kind->batch_result(reply, i, &held);
+		if (result == RLOCK_BATCH_ELSEWHERE)
+		{
+			/*
+			 * Its slot moved: neither lost nor renewed.  Its pair is
+			 * moved to the front of wc->holds for the caller, who sends
+			 * it again on its own, where a redirection can follow it.
+			 */
+			wc->holds[2 * nelsewhere] = wc->holds[2 * i];
+			wc->holds[2 * nelsewhere + 1] = wc->holds[2 * i + 1];
+			nelsewhere++;
+			continue;
+		}
 		SpinLockAcquire(&h->mutex);
 		if (h->in_use && h->generation == (uint32) wc->holds[2 * i + 1])
 		{
-			if (!held)
+			if (result == RLOCK_BATCH_NOT_HELD)
 			{
 				if (rlock_hold_mark_lost(h))
 					newly_lost++;
@@ -181,26 +291,20 @@ rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
 		rlock_count(RLOCK_STAT_LOST, newly_lost);
 	if (extended)
 		*extended = moved;
+	if (elsewhere)
+		*elsewhere = nelsewhere;
 	return lost;
 }
 
-static void
-renew_send(int *batch, int n)
-{
-	if (rlock_batch_send(WORKER_CMD_RENEW, rlock_watchdog_timeout, batch, n,
-						 -1, 0, 0))
-		rlock_count(RLOCK_STAT_RENEWAL_CALLS, 1);
-}
-
 /*
- * Renew every watchdog hold, if the time has come.
+ * Renew every watchdog hold, if the time has come.  Entries whose
+ * connection is not ready are left for the renewal made when it is back.
  */
 void
 rlock_renew_tick(TimestampTz now)
 {
-	int			batch[2 * RLOCK_BATCH];
+	RlockBatcher b;
 	int			kind;
-	int			n;
 	int			i;
 
 	if (next_renewal == 0)
@@ -209,32 +313,27 @@ rlock_renew_tick(TimestampTz now)
 		return;
 	next_renewal = TimestampTzPlusMilliseconds(now, renew_period_ms());
 
-	/* a batch is one command of one kind */
+	/* a batch is one command of one kind, on one connection */
 	for (kind = 0; kind < RLOCK_NKINDS; kind++)
 	{
-		n = 0;
+		rlock_batcher_init(&b, WORKER_CMD_RENEW, rlock_watchdog_timeout,
+						   -1, 0, 0);
 		for (i = 0; i < rlock_shared->nholds; i++)
 		{
 			RlockHold  *h = rlock_hold(i);
 			bool		renew;
+			int			generation;
 
 			SpinLockAcquire(&h->mutex);
 			renew = h->in_use && h->kind == kind && h->renew && !h->lost &&
 				h->count - h->to_release > 0;
-			batch[2 * n] = i;
-			batch[2 * n + 1] = (int) h->generation;
+			generation = (int) h->generation;
 			SpinLockRelease(&h->mutex);
 
-			if (!renew)
-				continue;
-			if (++n == RLOCK_BATCH)
-			{
-				renew_send(batch, n);
-				n = 0;
-			}
+			if (renew && rlock_conn_ready(rlock_hold_conn(i)))
+				rlock_batcher_add(&b, i, generation);
 		}
-		if (n > 0)
-			renew_send(batch, n);
+		rlock_count(RLOCK_STAT_RENEWAL_CALLS, rlock_batcher_finish(&b));
 	}
 }
 
@@ -246,6 +345,8 @@ void
 rlock_renew_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
 	int			renewed;
+	int			elsewhere;
+	int			i;
 
 	if (reply != NULL && reply->type == RLOCK_REPLY_ERROR)
 	{
@@ -264,6 +365,12 @@ rlock_renew_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		return;
 	}
 	/* anything else unexpected: the next period tries again */
-	if (rlock_batch_apply(conn, wc, reply, false, &renewed) >= 0)
+	if (rlock_batch_apply(conn, wc, reply, false, &renewed, &elsewhere) >= 0)
 		rlock_count(RLOCK_STAT_RENEWALS, renewed);
+	/* entries whose slot moved: one by one, keyed, so that Redis's
+	 * redirection takes each where it went */
+	for (i = 0; i < elsewhere; i++)
+		(void) rlock_batch_send(rlock_hold_conn(wc->holds[2 * i]),
+								WORKER_CMD_RENEW, wc->lease_ms,
+								&wc->holds[2 * i], 1, -1, 0, 0);
 }

@@ -247,6 +247,65 @@ worker_unanswered_deadline(WorkerReq *req)
 }
 
 /*
+ * The connection a request's commands go on: its key's, or its entry's
+ * key's; for one with neither (BARRIER, VERIFY), any command connection.
+ */
+static RlockConn *
+worker_req_conn(WorkerReq *req)
+{
+	if (req->key != NULL)
+		return rlock_redis_route(req->key, req->keylen);
+	if (req->hold >= 0)
+		return rlock_hold_conn(req->hold);
+	return rlock_redis_command_conn();
+}
+
+/*
+ * Can the request be sent now: is its connection ready?  A VERIFY needs
+ * the connections of all its owner's entries.
+ */
+static bool
+worker_req_ready(WorkerReq *req)
+{
+	const int  *holds;
+	int			n;
+	int			i;
+
+	if (req->op != RLOCK_OP_VERIFY || !rlock_redis_cluster())
+		return rlock_conn_ready(worker_req_conn(req));
+	n = rlock_owners_holds(req->owner_id, &holds);
+	for (i = 0; i < n; i++)
+	{
+		if (!rlock_conn_ready(rlock_hold_conn(holds[i])))
+			return false;
+	}
+	return rlock_conn_ready(rlock_redis_command_conn());
+}
+
+/*
+ * The connection a request waits for, for messages: for a VERIFY, the
+ * first of its owner's entries that is not ready.
+ */
+static RlockConn *
+worker_req_missing_conn(WorkerReq *req)
+{
+	const int  *holds;
+	int			n;
+	int			i;
+
+	if (req->op == RLOCK_OP_VERIFY && rlock_redis_cluster())
+	{
+		n = rlock_owners_holds(req->owner_id, &holds);
+		for (i = 0; i < n; i++)
+		{
+			if (!rlock_conn_ready(rlock_hold_conn(holds[i])))
+				return rlock_hold_conn(holds[i]);
+		}
+	}
+	return worker_req_conn(req);
+}
+
+/*
  * Put a request on the pending list.  Without a usable connection it gets
  * rlock.connect_timeout to find one; one whose commands went unanswered
  * gets no longer than its deadline.
@@ -259,7 +318,7 @@ worker_make_pending(WorkerReq *req)
 
 	worker_set_state(req, REQ_PENDING);
 	dlist_push_tail(&pending, &req->pending_node);
-	if (!rlock_conn_ready(rlock_redis_command_conn()) ||
+	if (!worker_req_ready(req) ||
 		(req->op == RLOCK_OP_ACQUIRE && worker_sync_conn_missing()))
 		at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										 rlock_connect_timeout);
@@ -438,17 +497,19 @@ static void
 worker_complete_unreachable(WorkerReq *req)
 {
 	char		detail[RLOCK_DETAIL_LEN];
-	RlockConn  *conn = rlock_redis_command_conn();
+	RlockConn  *conn = worker_req_missing_conn(req);
+	const char *note = rlock_redis_route_note(conn);
 
 	if (req->unanswered_since != 0 && rlock_conn_ready(conn))
 		snprintf(detail, sizeof(detail),
-				 "Redis at %s did not answer within rlock.command_timeout + rlock.connect_timeout (" INT64_FORMAT " ms).",
-				 rlock_redis_address(),
-				 (int64) rlock_command_timeout + rlock_connect_timeout);
+				 "Redis at %s did not answer within rlock.command_timeout + rlock.connect_timeout (" INT64_FORMAT " ms)%s%s.",
+				 rlock_conn_address(conn),
+				 (int64) rlock_command_timeout + rlock_connect_timeout,
+				 note ? "; it last said: " : "", note ? note : "");
 	else
 		snprintf(detail, sizeof(detail),
 				 "No usable connection to Redis at %s: %s.",
-				 rlock_redis_address(), rlock_conn_error(conn));
+				 rlock_conn_address(conn), rlock_conn_error(conn));
 	worker_complete(req, RLOCK_STATUS_CONNECTION, 0, detail);
 }
 
@@ -731,7 +792,7 @@ worker_send_acquire(WorkerReq *req)
 	int			ask;
 	int			need = rlock_redis_sync_need(&ask);
 	RlockConn  *conn = need > 0 ? rlock_redis_sync_conn() :
-		rlock_redis_command_conn();
+		rlock_hold_conn(req->hold);
 
 	/* only the worker changes count: no need to read it under the mutex */
 	if (h->count == 0 && !req->tried && worker_join_line(req))
@@ -904,11 +965,10 @@ worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 static void
 worker_send_verify(WorkerReq *req)
 {
-	int			pairs[2 * RLOCK_BATCH];
+	RlockBatcher b;
 	const int  *holds;
 	int			nholds;
 	int			kind;
-	int			n;
 	int			i;
 
 	req->attempt++;
@@ -916,39 +976,31 @@ worker_send_verify(WorkerReq *req)
 	req->lost = 0;
 	worker_set_state(req, REQ_INFLIGHT);
 	nholds = rlock_owners_holds(req->owner_id, &holds);
-	/* a batch is one command of one kind */
+	/* a batch is one command of one kind, on one connection */
 	for (kind = 0; kind < RLOCK_NKINDS; kind++)
 	{
-		n = 0;
-		for (i = 0; i <= nholds; i++)
+		rlock_batcher_init(&b, WORKER_CMD_VERIFY, req->lease_ms,
+						   worker_slot_of(req), req->seq, req->attempt);
+		for (i = 0; i < nholds; i++)
 		{
-			bool		mine = false;
+			RlockHold  *h = rlock_hold(holds[i]);
+			bool		mine;
+			int			generation;
 
-			if (i < nholds)
-			{
-				RlockHold  *h = rlock_hold(holds[i]);
-
-				SpinLockAcquire(&h->mutex);
-				mine = h->in_use && h->owner_id == req->owner_id &&
-					h->kind == kind && h->count - h->to_release > 0;
-				pairs[2 * n] = holds[i];
-				pairs[2 * n + 1] = (int) h->generation;
-				SpinLockRelease(&h->mutex);
-			}
+			SpinLockAcquire(&h->mutex);
+			mine = h->in_use && h->owner_id == req->owner_id &&
+				h->kind == kind && h->count - h->to_release > 0;
+			generation = (int) h->generation;
+			SpinLockRelease(&h->mutex);
 			if (mine)
-				n++;
-			if (n == RLOCK_BATCH || (i == nholds && n > 0))
-			{
-				if (!rlock_batch_send(WORKER_CMD_VERIFY, req->lease_ms, pairs,
-									  n, worker_slot_of(req), req->seq,
-									  req->attempt))
-				{
-					worker_make_pending(req);
-					return;
-				}
-				req->batches++;
-				n = 0;
-			}
+				rlock_batcher_add(&b, holds[i], generation);
+		}
+		req->batches += rlock_batcher_finish(&b);
+		if (b.failed)
+		{
+			/* the replies of this sending will not count */
+			worker_make_pending(req);
+			return;
 		}
 	}
 	if (req->batches == 0)
@@ -996,7 +1048,7 @@ worker_send_query(WorkerReq *req)
 	wc->seq = req->seq;
 	wc->hold = req->hold;
 	worker_set_state(req, REQ_INFLIGHT);
-	if (!worker_cmd_send(rlock_redis_command_conn(), wc, args))
+	if (!worker_cmd_send(worker_req_conn(req), wc, args))
 		worker_make_pending(req);
 }
 
@@ -1014,8 +1066,8 @@ worker_send_pending(void)
 	{
 		WorkerReq  *req = dlist_container(WorkerReq, pending_node, iter.cur);
 
-		if (!rlock_conn_ready(rlock_redis_command_conn()))
-			break;
+		if (!worker_req_ready(req))
+			continue;
 		if (req->op == RLOCK_OP_ACQUIRE ?
 			worker_acquire_held_back(req->hold) :
 			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER ||
@@ -1314,11 +1366,29 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 void
 worker_verify_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
-	int			lost = rlock_batch_apply(conn, wc, reply, true, NULL);
+	int			elsewhere;
+	int			lost = rlock_batch_apply(conn, wc, reply, true, NULL,
+										 &elsewhere);
 	WorkerReq  *req = worker_current(wc);
+	int			i;
 
 	if (req == NULL || wc->target != req->attempt)
 		return;
+	/* entries whose slot moved: asked again one by one, keyed, so that
+	 * Redis's redirection takes each where it went */
+	for (i = 0; i < elsewhere; i++)
+	{
+		if (!rlock_batch_send(rlock_hold_conn(wc->holds[2 * i]),
+							  WORKER_CMD_VERIFY, wc->lease_ms,
+							  &wc->holds[2 * i], 1, wc->slot, wc->seq,
+							  wc->target))
+		{
+			worker_note_unanswered(req, wc);
+			worker_make_pending(req);
+			return;
+		}
+		req->batches++;
+	}
 	if (reply == NULL || (lost < 0 && reply->type != RLOCK_REPLY_ERROR))
 	{
 		worker_note_unanswered(req, wc);
@@ -1438,13 +1508,19 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
  * again (a waiter re-subscribes and retries), else it fails.
  */
 void
-worker_requests_conn_lost(void)
+worker_requests_conn_lost(RlockConn *conn)
 {
 	int			i;
 
 	for (i = 0; i < nreqs; i++)
 	{
 		WorkerReq  *req = &reqs[i];
+
+		/* in a Redis Cluster, only the requests of that primary */
+		if (req->state != REQ_NONE && rlock_redis_cluster() &&
+			(req->key != NULL || req->hold >= 0) &&
+			worker_req_conn(req) != conn)
+			continue;
 
 		if (req->state == REQ_WAITING)
 			worker_make_pending(req);
@@ -1587,7 +1663,7 @@ worker_awaits_failover(WorkerReq *req, TimestampTz now)
 {
 	return req->op == RLOCK_OP_ACQUIRE &&
 		(req->wait_until == 0 || now < req->wait_until) &&
-		(!rlock_conn_ready(rlock_redis_command_conn()) ||
+		(!worker_req_ready(req) ||
 		 worker_sync_conn_missing()) &&
 		rlock_redis_failover_awaited();
 }

@@ -74,6 +74,8 @@ typedef struct WaitGroup
 	TimestampTz busy_until[2];	/* the lock's lease end, as the latest busy
 								 * answer or local grant told (0: not
 								 * known); [1] for a key with a brace */
+	RlockConn  *conn;			/* where its subscription was made */
+	int			pubsub;			/* with which RLOCK_PUBSUB_* namespaces */
 } WaitGroup;
 
 typedef struct Waiter
@@ -153,28 +155,71 @@ waiters_delete_group(WaitGroup *g)
 }
 
 /*
- * Send SUBSCRIBE or UNSUBSCRIBE for a group's channel.
+ * Queue one (un)subscribe command of a group.
+ */
+static bool
+waiters_send_one(RlockConn *conn, WaitGroup *g, bool subscribe, bool sharded,
+				 uint64 seq)
+{
+	RlockArgs  *args = worker_args();
+	WorkerCmd  *wc;
+
+	rlock_args_cstr(args, sharded ?
+					(subscribe ? "SSUBSCRIBE" : "SUNSUBSCRIBE") :
+					(subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE"));
+	rlock_args_add(args, g->channel.data, g->channel.len);
+	wc = worker_cmd_new(subscribe ? WORKER_CMD_SUBSCRIBE :
+						WORKER_CMD_UNSUBSCRIBE);
+	wc->cmd.shape = sharded ?
+		(subscribe ? RLOCK_SHAPE_SSUBSCRIBE : RLOCK_SHAPE_SUNSUBSCRIBE) :
+		(subscribe ? RLOCK_SHAPE_SUBSCRIBE : RLOCK_SHAPE_UNSUBSCRIBE);
+	wc->cmd.channel = g->channel.data;
+	wc->cmd.channellen = g->channel.len;
+	wc->seq = seq;
+	wc->group = g;
+	return worker_cmd_send(conn, wc, args);
+}
+
+/*
+ * Send SUBSCRIBE or UNSUBSCRIBE for a group's channel: in a Redis Cluster
+ * to the primary of the channel's slot, sharded (SSUBSCRIBE), classic or
+ * both, as rlock.cluster_pubsub says; an unsubscription goes where the
+ * subscription went, in its namespaces.  With both, the group's state
+ * follows the confirmation of the last command, which comes last on the
+ * connection.
  */
 static bool
 waiters_send(WaitGroup *g, bool subscribe)
 {
-	RlockConn  *conn = rlock_redis_subscriber_conn();
-	RlockArgs  *args;
-	WorkerCmd  *wc;
+	RlockConn  *conn;
+	int			pubsub;
+	uint64		seq = g->sent;
 
-	if (!rlock_conn_ready(conn))
+	if (subscribe)
+	{
+		conn = rlock_redis_subscriber_for(g->channel.data, g->channel.len);
+		pubsub = rlock_redis_pubsub();
+	}
+	else
+	{
+		conn = g->conn;
+		pubsub = g->pubsub;
+	}
+	if (conn == NULL || !rlock_conn_ready(conn))
 		return false;
-	args = worker_args();
-	rlock_args_cstr(args, subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE");
-	rlock_args_add(args, g->channel.data, g->channel.len);
-	wc = worker_cmd_new(subscribe ? WORKER_CMD_SUBSCRIBE :
-						WORKER_CMD_UNSUBSCRIBE);
-	wc->cmd.shape = subscribe ? RLOCK_SHAPE_SUBSCRIBE : RLOCK_SHAPE_UNSUBSCRIBE;
-	wc->seq = g->sent + 1;
-	wc->group = g;
-	if (!worker_cmd_send(conn, wc, args))
+	if ((pubsub & RLOCK_PUBSUB_CLASSIC) &&
+		!waiters_send_one(conn, g, subscribe, false, ++seq))
 		return false;
-	g->sent++;
+	if ((pubsub & RLOCK_PUBSUB_SHARDED) &&
+		!waiters_send_one(conn, g, subscribe, true, ++seq))
+	{
+		/* the first one went: the group follows it no more */
+		g->sent = seq;
+		return false;
+	}
+	g->sent = seq;
+	g->conn = conn;
+	g->pubsub = pubsub;
 	return true;
 }
 
@@ -322,6 +367,8 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->echoes = 0;
 		g->refused_at = 0;
 		g->busy_until[0] = g->busy_until[1] = 0;
+		g->conn = NULL;
+		g->pubsub = 0;
 	}
 
 	w->group = g;
@@ -470,6 +517,8 @@ rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 
 	if (wc->type == WORKER_CMD_SUBSCRIBE && g->state == SUB_SUBSCRIBING)
 	{
+		/* a redirection may have taken it to another node */
+		g->conn = conn;
 		waiters_set_state(g, SUB_SUBSCRIBED);
 		waiters_wake(g, true, NULL, 0);
 	}
@@ -500,10 +549,11 @@ rlock_waiters_message(const char *channel, int channellen,
 }
 
 /*
- * The subscriber connection is back: subscribe again where waiters wait.
+ * A subscriber connection is (back) up: subscribe again where waiters
+ * wait and no subscription is under way.
  */
 void
-rlock_waiters_conn_ready(void)
+rlock_waiters_conn_ready(RlockConn *conn)
 {
 	HASH_SEQ_STATUS seq;
 	WaitGroup  *g;
@@ -511,6 +561,8 @@ rlock_waiters_conn_ready(void)
 	hash_seq_init(&seq, groups);
 	while ((g = (WaitGroup *) hash_seq_search(&seq)) != NULL)
 	{
+		if (g->state != SUB_NONE)
+			continue;
 		if (g->nwaiters > 0)
 			waiters_subscribe(g);
 		else
@@ -519,11 +571,11 @@ rlock_waiters_conn_ready(void)
 }
 
 /*
- * The subscriber connection is gone, and every subscription with it.
+ * A subscriber connection is gone, and every subscription made on it.
  * Waiters keep their TTL-bounded timers.
  */
 void
-rlock_waiters_conn_lost(void)
+rlock_waiters_conn_lost(RlockConn *conn)
 {
 	HASH_SEQ_STATUS seq;
 	WaitGroup  *g;
@@ -531,8 +583,33 @@ rlock_waiters_conn_lost(void)
 	hash_seq_init(&seq, groups);
 	while ((g = (WaitGroup *) hash_seq_search(&seq)) != NULL)
 	{
+		if (g->conn != conn)
+			continue;
 		waiters_set_state(g, SUB_NONE);
+		g->conn = NULL;
 		if (g->nwaiters == 0)
 			waiters_delete_group(g);
 	}
+}
+
+/*
+ * Redis dropped a shard channel by itself: its slot moved.  Subscribe
+ * again, to the slot's new primary (a redirection takes the subscription
+ * there if the map does not know it yet); the waiters are retried when
+ * it is confirmed, as the lock may have been freed meanwhile.
+ */
+void
+rlock_waiters_unsubscribed(RlockConn *conn, const char *channel,
+						   int channellen)
+{
+	WaitGroup  *g = waiters_find(channel, channellen);
+
+	if (g == NULL || g->conn != conn || g->state != SUB_SUBSCRIBED)
+		return;
+	waiters_set_state(g, SUB_NONE);
+	g->conn = NULL;
+	if (g->nwaiters > 0)
+		waiters_subscribe(g);
+	else
+		waiters_delete_group(g);
 }

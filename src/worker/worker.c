@@ -223,12 +223,12 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 static void
 worker_conn_ready(RlockConn *conn)
 {
-	if (conn == rlock_redis_subscriber_conn())
+	if (rlock_conn_is_subscriber(conn))
 	{
-		rlock_waiters_conn_ready();
+		rlock_waiters_conn_ready(conn);
 		return;
 	}
-	if (conn == rlock_redis_sync_conn())
+	if (rlock_conn_is_sync(conn))
 	{
 		worker_sync_conn_ready();
 		return;
@@ -246,19 +246,19 @@ worker_conn_ready(RlockConn *conn)
 static void
 worker_conn_lost(RlockConn *conn)
 {
-	if (conn == rlock_redis_subscriber_conn())
+	if (rlock_conn_is_subscriber(conn))
 	{
-		rlock_waiters_conn_lost();
+		rlock_waiters_conn_lost(conn);
 		return;
 	}
 	/* the sync connection's acquisitions were answered one by one */
-	if (conn == rlock_redis_sync_conn())
+	if (rlock_conn_is_sync(conn))
 	{
 		worker_requests_sync_lost();
 		return;
 	}
 	pg_atomic_fetch_add_u32(&rlock_shared->cmd_epoch, 1);
-	worker_requests_conn_lost();
+	worker_requests_conn_lost(conn);
 }
 
 static void
@@ -268,10 +268,17 @@ worker_message(RlockConn *conn, const char *channel, int channellen,
 	rlock_waiters_message(channel, channellen, payload, payloadlen);
 }
 
+static void
+worker_unsubscribed(RlockConn *conn, const char *channel, int channellen)
+{
+	rlock_waiters_unsubscribed(conn, channel, channellen);
+}
+
 static const RlockConnEvents worker_events = {
 	worker_conn_ready,
 	worker_conn_lost,
-	worker_message
+	worker_message,
+	worker_unsubscribed
 };
 
 /*---- the ring ----*/

@@ -15,6 +15,8 @@
 #ifndef RLOCK_WORKER_INT_H
 #define RLOCK_WORKER_INT_H
 
+#include "nodes/pg_list.h"
+
 #include "kinds/kinds.h"
 #include "redis/redis.h"
 #include "shared/shared.h"
@@ -78,7 +80,7 @@ extern void worker_take_slot(int slot);
 extern void worker_fire_timers(TimestampTz now);
 extern TimestampTz worker_next_timer(void);
 extern void worker_send_pending(void);
-extern void worker_requests_conn_lost(void);
+extern void worker_requests_conn_lost(RlockConn *conn);
 extern void worker_requests_sync_lost(void);
 extern void worker_requests_stop(void);
 extern bool worker_requests_waiting(void);
@@ -148,18 +150,37 @@ extern void rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc,
 								const RlockReply *reply);
 extern void rlock_waiters_message(const char *channel, int channellen,
 								  const char *payload, int payloadlen);
-extern void rlock_waiters_conn_ready(void);
-extern void rlock_waiters_conn_lost(void);
+extern void rlock_waiters_conn_ready(RlockConn *conn);
+extern void rlock_waiters_conn_lost(RlockConn *conn);
+extern void rlock_waiters_unsubscribed(RlockConn *conn, const char *channel,
+									   int channellen);
 extern int	rlock_waiters_channels(void);
 
 /* renew.c: the watchdog, and the batches of entries it and VERIFY use */
 #define RLOCK_BATCH		100
-extern bool rlock_batch_send(WorkerCmdType type, int64 arg_ms,
-							 const int *pairs, int n,
+typedef struct RlockBatcher
+{
+	WorkerCmdType type;
+	int64		arg_ms;
+	int			slot;
+	uint64		seq;
+	int32		tag;
+	List	   *buckets;		/* by connection */
+	int			sent;
+	bool		failed;			/* a connection could not take a batch */
+} RlockBatcher;
+extern bool rlock_batch_send(RlockConn *conn, WorkerCmdType type,
+							 int64 arg_ms, const int *pairs, int n,
 							 int slot, uint64 seq, int32 tag);
+extern RlockConn *rlock_hold_conn(int index);
+extern void rlock_batcher_init(RlockBatcher *b, WorkerCmdType type,
+							   int64 arg_ms, int slot, uint64 seq,
+							   int32 tag);
+extern void rlock_batcher_add(RlockBatcher *b, int index, int generation);
+extern int	rlock_batcher_finish(RlockBatcher *b);
 extern int	rlock_batch_apply(RlockConn *conn, WorkerCmd *wc,
 							  const RlockReply *reply, bool extend_only,
-							  int *extended);
+							  int *extended, int *elsewhere);
 extern bool rlock_hold_mark_lost(RlockHold *h);
 extern void rlock_renew_tick(TimestampTz now);
 extern TimestampTz rlock_renew_next(void);

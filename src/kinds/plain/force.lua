@@ -4,8 +4,10 @@
 -- waiters listen on another channel; acquire.lua tells it apart).
 --
 -- KEYS[1]  the lock
--- KEYS[2]  its unlock channel
+-- KEYS[2]  its unlock channel (not in a Redis Cluster)
 -- ARGV[1]  the publish command
+-- ARGV[2]  in a Redis Cluster: the unlock channel
+-- ARGV[3]  in a Redis Cluster: a second publish command, or none
 --
 -- Returns 1 when a lock was removed (and "0" published), 0 when there was
 -- none.
@@ -29,5 +31,12 @@ if mode == 'write' then
 	end
 end
 redis.call('del', KEYS[1])
-redis.call(ARGV[1], KEYS[2], '0')
+if KEYS[2] then
+	redis.call(ARGV[1], KEYS[2], '0')
+else
+	redis.pcall(ARGV[1], ARGV[2], '0')
+	if ARGV[3] then
+		redis.pcall(ARGV[3], ARGV[2], '0')
+	end
+end
 return 1

@@ -60,6 +60,25 @@ plain_add_derived(RlockArgs *args, const RlockKindHold *hold, bool channel)
 	pfree(name);
 }
 
+/*
+ * The publish command for unlock messages, and in a Redis Cluster the
+ * channel (in ARGV: a channel is no key) and a second command, when
+ * messages go both ways.
+ */
+static void
+plain_add_publish(RlockArgs *args, const RlockKindHold *hold)
+{
+	int			pubsub = rlock_redis_pubsub();
+
+	rlock_args_cstr(args, (pubsub & RLOCK_PUBSUB_SHARDED) ?
+					"SPUBLISH" : "PUBLISH");
+	if (!rlock_redis_cluster())
+		return;
+	plain_add_derived(args, hold, true);
+	if (pubsub == (RLOCK_PUBSUB_SHARDED | RLOCK_PUBSUB_CLASSIC))
+		rlock_args_cstr(args, "PUBLISH");
+}
+
 static void
 plain_add_owner(RlockArgs *args, uint64 owner_id)
 {
@@ -98,19 +117,24 @@ plain_acquire_result(const RlockReply *reply, RlockAcquired *result)
 }
 
 /*
- * EVALSHA release 2 key channel owner target lease PUBLISH
+ * EVALSHA release 2 key channel owner target lease PUBLISH, or in a Redis
+ * Cluster EVALSHA release 1 key owner target lease (S)PUBLISH channel
+ * [PUBLISH]
  */
 static void
 plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 			  int32 target, int64 lease_ms)
 {
-	rlock_args_script(args, script_release, 2);
+	bool		cluster = rlock_redis_cluster();
+
+	rlock_args_script(args, script_release, cluster ? 1 : 2);
 	rlock_args_add(args, hold->key, hold->keylen);
-	plain_add_derived(args, hold, true);
+	if (!cluster)
+		plain_add_derived(args, hold, true);
 	plain_add_owner(args, hold->owner_id);
 	rlock_args_int(args, target);
 	rlock_args_int(args, lease_ms);
-	rlock_args_cstr(args, "PUBLISH");
+	plain_add_publish(args, hold);
 	cmd->shape = RLOCK_SHAPE_INTEGER_OR_NIL;
 }
 
@@ -127,32 +151,57 @@ plain_release_result(const RlockReply *reply)
 }
 
 /*
- * EVALSHA renew|verify n key... ms owner...
+ * EVALSHA renew|verify n key... ms owner..., or in a Redis Cluster, where
+ * the keys are of many slots, EVALSHA renew|verify 0 ms key owner ...
+ * (the script answers 2 for a key the node does not serve)
  */
 static void
 plain_batch(RlockArgs *args, RlockCmd *cmd, RlockBatchKind which, int64 ms,
 			const RlockKindHold *holds, int n)
 {
+	int			script = which == RLOCK_BATCH_RENEW ? script_renew :
+		script_verify;
 	int			i;
 
-	rlock_args_script(args, which == RLOCK_BATCH_RENEW ? script_renew :
-					  script_verify, n);
-	for (i = 0; i < n; i++)
-		rlock_args_add(args, holds[i].key, holds[i].keylen);
-	rlock_args_int(args, ms);
-	for (i = 0; i < n; i++)
-		plain_add_owner(args, holds[i].owner_id);
+	/* one key is of one slot: declared, a redirection can follow it */
+	if (rlock_redis_cluster() && n > 1)
+	{
+		rlock_args_script(args, script, 0);
+		rlock_args_int(args, ms);
+		for (i = 0; i < n; i++)
+		{
+			rlock_args_add(args, holds[i].key, holds[i].keylen);
+			plain_add_owner(args, holds[i].owner_id);
+		}
+	}
+	else
+	{
+		rlock_args_script(args, script, n);
+		for (i = 0; i < n; i++)
+			rlock_args_add(args, holds[i].key, holds[i].keylen);
+		rlock_args_int(args, ms);
+		for (i = 0; i < n; i++)
+			plain_add_owner(args, holds[i].owner_id);
+	}
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
 	cmd->nelements = n;
 }
 
-static bool
-plain_batch_result(const RlockReply *reply, int i, bool *held)
+static RlockBatchResult
+plain_batch_result(const RlockReply *reply, int i)
 {
-	int64		value = reply->element[i]->integer;
-
-	*held = (value == 1);
-	return value == 0 || value == 1;
+	switch (reply->element[i]->integer)
+	{
+		case 0:
+			return RLOCK_BATCH_NOT_HELD;
+		case 1:
+			return RLOCK_BATCH_HELD;
+		case 2:
+			/* only a cluster's node says so */
+			return rlock_redis_cluster() ? RLOCK_BATCH_ELSEWHERE :
+				RLOCK_BATCH_INVALID;
+	}
+	return RLOCK_BATCH_INVALID;
 }
 
 /*
@@ -163,10 +212,11 @@ plain_force(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
 {
 	RlockKindHold hold = {key, keylen, 0};
 
-	rlock_args_script(args, script_force, 2);
+	rlock_args_script(args, script_force, rlock_redis_cluster() ? 1 : 2);
 	rlock_args_add(args, key, keylen);
-	plain_add_derived(args, &hold, true);
-	rlock_args_cstr(args, "PUBLISH");
+	if (!rlock_redis_cluster())
+		plain_add_derived(args, &hold, true);
+	plain_add_publish(args, &hold);
 	cmd->shape = RLOCK_SHAPE_INTEGER;
 }
 

@@ -4,16 +4,28 @@
 -- ARGV[1]      lease in ms
 -- ARGV[i + 1]  the owner of KEYS[i]
 --
+-- In a Redis Cluster the locks of one primary go in one call, over many
+-- slots, so they are no declared keys: KEYS is empty, and ARGV[2i] is a
+-- lock, ARGV[2i + 1] its owner.
+--
 -- Resets the lease of every lock its owner still holds, and never brings
 -- back one it does not.  Returns one 1 (renewed) or 0 (not held: stop
--- renewing) per key.  A key of another type counts as not held rather
--- than failing the whole batch.
+-- renewing) per lock, or 2 for a lock this node does not serve (its slot
+-- moved: ask again where it went).  A key of another type counts as not
+-- held rather than failing the whole batch.
 local result = {}
-for i = 1, #KEYS do
-	local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
+local keyed = #KEYS > 0
+local n = keyed and #KEYS or (#ARGV - 1) / 2
+for i = 1, n do
+	local key = keyed and KEYS[i] or ARGV[2 * i]
+	local owner = keyed and ARGV[i + 1] or ARGV[2 * i + 1]
+	local held = redis.pcall('hexists', key, owner)
 	if held == 1 then
-		redis.call('pexpire', KEYS[i], ARGV[1])
+		redis.call('pexpire', key, ARGV[1])
 		result[i] = 1
+	elseif type(held) == 'table' and held.err ~= nil and
+		string.find(held.err, 'non local', 1, true) then
+		result[i] = 2
 	else
 		result[i] = 0
 	end

@@ -4,17 +4,28 @@
 -- ARGV[1]      safety margin in ms
 -- ARGV[i + 1]  the owner of KEYS[i]
 --
+-- In a Redis Cluster, as in renew.lua: KEYS is empty, ARGV[2i] is a lock
+-- and ARGV[2i + 1] its owner.
+--
 -- For every lock its owner still holds, makes sure at least the margin of
 -- lease is left, extending it if not.  Returns one 1 (held) or 0 (not
--- held: lost) per key.
+-- held: lost) per lock, or 2 for a lock this node does not serve.
 local result = {}
-for i = 1, #KEYS do
-	if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-		local ttl = redis.call('pttl', KEYS[i])
+local keyed = #KEYS > 0
+local n = keyed and #KEYS or (#ARGV - 1) / 2
+for i = 1, n do
+	local key = keyed and KEYS[i] or ARGV[2 * i]
+	local owner = keyed and ARGV[i + 1] or ARGV[2 * i + 1]
+	local held = redis.pcall('hexists', key, owner)
+	if held == 1 then
+		local ttl = redis.call('pttl', key)
 		if ttl >= 0 and ttl < tonumber(ARGV[1]) then
-			redis.call('pexpire', KEYS[i], ARGV[1])
+			redis.call('pexpire', key, ARGV[1])
 		end
 		result[i] = 1
+	elseif type(held) == 'table' and held.err ~= nil and
+		string.find(held.err, 'non local', 1, true) then
+		result[i] = 2
 	else
 		result[i] = 0
 	end

@@ -1,0 +1,267 @@
+# Redis Cluster (rlock.topology = cluster): three primaries with a
+# replica each, made with redis-cli --cluster create on loopback ports.
+#
+# - the slot map learnt from a seed, what rlock_status() shows;
+# - locks on keys of every primary, in both scopes, each written on the
+#   primary of its slot; fencing tokens counted there too;
+# - names whose channel lands in another slot refused, only in a cluster;
+# - a waiter woken by the holder's release, with sharded pub/sub
+#   (SSUBSCRIBE on the channel's primary) and with classic pub/sub;
+# - the watchdog renewing locks of every primary, one script call per
+#   primary;
+# - a slot migrated step by step while pgbench on two instances guards a
+#   key of it: ASK and MOVED followed, no two critical sections overlap;
+# - a primary frozen with the rest up: its keys fail with 08006 within the
+#   usual bound, the keys of the others keep working.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use RlockTest;
+use RlockTest::Cluster;
+
+plan skip_all => 'the cluster runs in plain TCP: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
+# A long node timeout: a primary frozen for a few seconds is not failed
+# over, so that the test sees it unreachable with the rest up
+my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 1,
+	node_timeout_ms => 20000);
+my @primaries = $cluster->primaries;
+my $seeds = join(',', map { '127.0.0.1:' . $_->port } @primaries[ 0, 1 ]);
+
+sub cluster_node
+{
+	my ($name, @conf) = @_;
+	return RlockTest::node($name, $primaries[0],
+		connect_timeout => '1s',
+		command_timeout => '1s',
+		conf => [
+			"rlock.topology = 'cluster'",
+			"rlock.nodes = '$seeds'",
+			"rlock.watchdog_timeout = '3s'",
+			@conf ]);
+}
+
+sub status
+{
+	my ($node, $cols) = @_;
+	return $node->safe_psql('postgres', "SELECT $cols FROM rlock_status()");
+}
+
+sub stat_of
+{
+	my ($node, $col) = @_;
+	return $node->safe_psql('postgres', "SELECT $col FROM rlock_stats");
+}
+
+# Keys of each primary: $n per primary, by the slot Redis computes
+my %by_port;
+for my $i (0 .. 400)
+{
+	my $key = "ck:$i";
+	my $owner = $cluster->owner($cluster->slot($key));
+	push @{ $by_port{ $owner->port } }, $key
+	  if @{ $by_port{ $owner->port } // [] } < 5;
+}
+is(scalar(grep { @{ $by_port{ $_->port } // [] } == 5 } @primaries), 3,
+	'five keys of each primary');
+my %port_of_key;
+for my $port (keys %by_port)
+{
+	$port_of_key{$_} = $port for @{ $by_port{$port} };
+}
+my %node_of_port = map { $_->port => $_ } $cluster->nodes;
+
+#---- the map ----
+
+my $na = cluster_node('a');
+ok( RlockTest::wait_until(
+		sub {
+			status($na, "cluster_primaries, command_connection, subscriber_connection")
+			  eq '3|ready|ready';
+		},
+		20),
+	'the map names three primaries, and every connection is ready');
+is(status($na, 'topology, redis_address'), 'cluster|Redis Cluster (3 primaries)',
+	'rlock_status shows the topology');
+like(status($na, 'cluster_node'), qr/^127\.0\.0\.1:\d+$/,
+	'rlock_status shows the node asked for the map');
+is(status($na, 'cluster_pubsub'), 'sharded',
+	'auto takes sharded pub/sub, as Redisson does with Redis 7');
+
+#---- locks on every primary, both scopes ----
+
+my @all = sort keys %port_of_key;
+my $list = join(',', map { "'$_'" } @all);
+my $out = $na->safe_psql('postgres', qq{
+	BEGIN;
+	SELECT bool_and(rlock_try(k)) FROM unnest(ARRAY[$list]) k;
+	SELECT string_agg(k, ',' ORDER BY k) FROM unnest(ARRAY[$list]) k
+	WHERE rlock_is_locked(k);
+	COMMIT;
+});
+is($out, "t\n" . join(',', @all), 'a transaction takes locks on keys of all three primaries');
+
+# held where the slot says, in Redisson's layout, and gone after commit
+my $nb = $na->background_psql('postgres');
+$nb->query_safe("BEGIN; SELECT rlock_try(k) FROM unnest(ARRAY[$list]) k");
+my $misplaced = 0;
+for my $key (@all)
+{
+	my $owner = $node_of_port{ $port_of_key{$key} };
+	my $owners = $owner->owners($key);
+	$misplaced++ unless @$owners == 1 && $owners->[0] =~ /^[0-9a-f-]{36}:\d+$/;
+	for my $other (grep { $_->port != $port_of_key{$key} } @primaries)
+	{
+		my $exists = $other->cmd('EXISTS', $key);
+		$misplaced++ unless ref $exists eq 'HASH';	# MOVED: not there
+	}
+}
+is($misplaced, 0, 'each lock is a hash on the primary of its slot, with one owner');
+$nb->query_safe('COMMIT');
+ok( RlockTest::wait_until(
+		sub {
+			!grep { $node_of_port{ $port_of_key{$_} }->cmd('EXISTS', $_) } @all;
+		},
+		10),
+	'the commit released all of them, on every primary');
+
+$out = $na->safe_psql('postgres', qq{
+	SELECT bool_and(rlock_session_try(k)) FROM unnest(ARRAY[$list]) k;
+	SELECT count(*) FROM unnest(ARRAY[$list]) k WHERE rlock_is_locked(k);
+	SELECT bool_and(rlock_session_release(k)) FROM unnest(ARRAY[$list]) k;
+	SELECT count(*) FROM unnest(ARRAY[$list]) k WHERE rlock_is_locked(k);
+});
+is($out, "t\n15\nt\n0", 'session locks on every primary, taken and released');
+
+#---- fencing tokens ----
+
+my ($k0, $k1) = ($by_port{ $primaries[0]->port }[0], $by_port{ $primaries[1]->port }[0]);
+$out = $na->safe_psql('postgres', qq{
+	SELECT rlock_try_token('$k0') < rlock_try_token('$k0'),
+	       rlock_try_token('$k1') IS NOT NULL;
+});
+is($out, 't|t', 'fencing tokens grow, on keys of two primaries');
+is($primaries[0]->cmd('EXISTS', "redisson_lock_token:{$k0}"), 1,
+	"the token counter sits on the key's primary");
+
+#---- names that leave the key's slot ----
+
+for my $bad ('a}b', 'a{b', 'a{}b')
+{
+	my ($ret, $stdout, $stderr) = $na->psql('postgres',
+		"\\set VERBOSITY verbose\nSELECT rlock_try('$bad')");
+	like($stderr, qr/22023: lock key "\Q$bad\E" cannot be used in a Redis Cluster/,
+		"'$bad' is refused in a cluster with 22023");
+}
+is($na->safe_psql('postgres', "SELECT rlock_try('{a}b')"), 't',
+	'a name with a complete hash tag is taken');
+
+#---- waiting and wake-up, sharded and classic ----
+
+sub wake_test
+{
+	my ($mode, $key) = @_;
+	my $owner = $node_of_port{ $port_of_key{$key} };
+	my $holder = $na->background_psql('postgres');
+	$holder->query_safe("BEGIN; SELECT rlock_try('$key', '0', '60s')");
+	my $waiter = $na->background_psql('postgres', on_error_stop => 0);
+	RlockTest::send_query($waiter, "SELECT rlock_try('$key', '20s') AS got;");
+	my $channel = "redisson_lock__channel:{$key}";
+	my $sub = sub {
+		my $r = $owner->cmd('PUBSUB', $mode eq 'sharded' ? 'SHARDNUMSUB' : 'NUMSUB',
+			$channel);
+		return ref $r eq 'ARRAY' ? $r->[1] : -1;
+	};
+	ok(RlockTest::wait_until(sub { $sub->() == 1 }, 10),
+		"$mode: the waiter is subscribed on the primary of the channel's slot");
+	$holder->query_safe('COMMIT');
+	my ($got) = RlockTest::collect($waiter);
+	is($got, 't', "$mode: the release wakes the waiter (the lease had 60 s left)");
+	$waiter->quit;
+	$holder->quit;
+}
+
+wake_test('sharded', $by_port{ $primaries[1]->port }[1]);
+
+$na->append_conf('postgresql.conf', "rlock.cluster_pubsub = 'classic'");
+$na->reload;
+ok(RlockTest::wait_until(sub { status($na, 'cluster_pubsub') eq 'classic' }, 10),
+	'rlock.cluster_pubsub = classic is applied on reload');
+wake_test('classic', $by_port{ $primaries[2]->port }[1]);
+$na->append_conf('postgresql.conf', "rlock.cluster_pubsub = 'auto'");
+$na->reload;
+
+#---- the watchdog, one call per primary ----
+
+my $renewer = $na->background_psql('postgres');
+$renewer->query_safe("SELECT rlock_session_try(k) FROM unnest(ARRAY[$list]) k");
+my $calls0 = stat_of($na, 'renewal_calls');
+my $renewals0 = stat_of($na, 'renewals');
+ok(RlockTest::wait_until(sub { stat_of($na, 'renewals') >= $renewals0 + 15 }, 10),
+	'the watchdog renewed the 15 locks');
+my $calls = stat_of($na, 'renewal_calls') - $calls0;
+my $renewed = stat_of($na, 'renewals') - $renewals0;
+ok($calls * 5 <= $renewed, "one renewal call per primary: $calls calls for $renewed renewals");
+$renewer->query_safe("SELECT rlock_session_release(k) FROM unnest(ARRAY[$list]) k");
+$renewer->quit;
+
+#---- a slot migrated under load from two instances ----
+
+my $c = cluster_node('c');
+ok(RlockTest::wait_until(sub { status($c, 'cluster_primaries') eq '3' }, 20),
+	'the second instance found the map');
+my $hot = $by_port{ $primaries[0]->port }[2];
+my $slot = $cluster->slot($hot);
+my ($moved0, $ask0) = map { stat_of($na, $_) + stat_of($c, $_) } qw(cluster_moved cluster_ask);
+my $runs = RlockTest::guarded_load_start([ $na, $c ], $hot, seconds => 10, lease => '5s');
+sleep 2;
+$cluster->migrate_begin($slot, $primaries[2]);
+sleep 2;
+$cluster->migrate_keys($slot);
+sleep 2;
+$cluster->migrate_end($slot);
+my $r = RlockTest::guarded_load_finish($runs);
+my ($moved, $ask) = map { stat_of($na, $_) + stat_of($c, $_) - ($_ eq 'cluster_moved' ? $moved0 : $ask0) }
+  qw(cluster_moved cluster_ask);
+cmp_ok(scalar(@{ $r->{committed} }), '>', 50,
+	scalar(@{ $r->{committed} }) . ' critical sections committed through the migration');
+is($r->{ran_overlaps}, 0, 'no two critical sections overlapped');
+is($r->{aborted}, 0, 'no pgbench client aborted') or diag($r->{output});
+cmp_ok($moved, '>', 0, "MOVED followed ($moved)");
+cmp_ok($ask, '>', 0, "ASK followed ($ask)");
+is(scalar(@{ $r->{ran} }), scalar(@{ $r->{committed} }) + $r->{failed},
+	'every section that ran committed, or its transaction failed and counted');
+is($primaries[2]->cmd('EXISTS', $hot), 0,
+	'the lock is free on its new primary after the load');
+
+#---- a primary frozen, the rest up ----
+
+my $frozen = $primaries[1];
+my $cold = $by_port{ $frozen->port }[3];
+my $warm = $by_port{ $primaries[2]->port }[3];
+$frozen->freeze;
+my $t0 = time;
+my ($ret, $stdout, $stderr) = $na->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT rlock_try('$cold')");
+my $took = time - $t0;
+like($stderr, qr/08006/, "a key of the frozen primary fails with 08006");
+cmp_ok($took, '<', 6, sprintf('within command_timeout + connect_timeout and a margin (%.1f s)', $took));
+is($na->safe_psql('postgres', "SELECT rlock_try('$warm')"), 't',
+	'a key of another primary is taken meanwhile');
+$frozen->thaw;
+ok( RlockTest::wait_until(
+		sub { $na->safe_psql('postgres', "SELECT rlock_try('$cold')") eq 't' }, 20),
+	'the key of the thawed primary is taken again');
+
+is($na->safe_psql('postgres', 'SELECT pg_backend_pid() > 0'), 't', 'the instance is up');
+unlike(slurp_file($na->logfile), qr/TRAP|terminated by signal/, 'no crash in the log');
+
+$na->stop;
+$c->stop;
+$cluster->stop;
+done_testing();
