@@ -123,7 +123,7 @@ test:
 
 # the tests against the real Redisson (Java) and node-redisson only
 interop:
-	RLOCK_TAP="034 035 036 039" test/harness/run-tests
+	RLOCK_TAP="034 035 036 039 045" test/harness/run-tests
 
 demo:
 	test/demo/run-demo

@@ -187,7 +187,7 @@ cluster_add_primary(RlockClusterMap *map, const RlockReply *endpoint,
 
 /*
  * Give slots start..end to primary "owner"; false (with the reason) if
- * the range is not one, or another primary has one of them.
+ * the range is not one, or one of them was given already.
  */
 static bool
 cluster_assign(RlockClusterMap *map, int64 start, int64 end, int owner,
@@ -203,10 +203,13 @@ cluster_assign(RlockClusterMap *map, int64 start, int64 end, int owner,
 	}
 	for (slot = start; slot <= end; slot++)
 	{
-		if (map->owner[slot] >= 0 && map->owner[slot] != owner)
+		/* never twice, not even for the same primary: a reply repeating
+		 * a range would cost a pass over it each time */
+		if (map->owner[slot] >= 0)
 		{
-			snprintf(error, errlen, "slot " INT64_FORMAT " served by two primaries",
-					 slot);
+			snprintf(error, errlen, map->owner[slot] != owner ?
+					 "slot " INT64_FORMAT " served by two primaries" :
+					 "slot " INT64_FORMAT " listed twice", slot);
 			return false;
 		}
 		map->owner[slot] = (int16) owner;

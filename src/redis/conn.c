@@ -188,10 +188,9 @@ rlock_redis_status_publish(int channels)
 		/* the states of many connections: compare what would be shown */
 		RlockWorkerStatus now;
 
-		now.cmd_state = st->cmd_state;
-		now.sub_state = st->sub_state;
 		rlock_router_status(&now);
-		if (now.cmd_state == st->cmd_state && now.sub_state == st->sub_state)
+		if (now.cmd_state == st->cmd_state && now.sub_state == st->sub_state &&
+			now.sync_state == st->sync_state)
 			return;
 	}
 	status_dirty = false;
@@ -218,7 +217,6 @@ rlock_redis_status_publish(int channels)
 	st->cluster_pubsub = rlock_redis_pubsub();
 	if (rlock_redis_cluster())
 	{
-		st->sync_state = -1;
 		st->replicas = -1;
 		rlock_router_status(st);
 	}
@@ -452,6 +450,7 @@ rlock_node_move(RlockNode *node, const char *host, int port)
 
 	rlock_server_set_address(&node->server, host, port);
 	node->id[0] = '\0';
+	node->unmapped = false;
 	node->asked_at = 0;
 	node->note_at = 0;
 	for (i = 0; i < RLOCK_NDATA; i++)
@@ -564,10 +563,25 @@ rlock_conn_address(RlockConn *conn)
 	return conn->server->address;
 }
 
+/*
+ * The sync connection for a key: the one, or in a Redis Cluster the key's
+ * slot's primary's.
+ */
 RlockConn *
-rlock_redis_sync_conn(void)
+rlock_redis_sync_for(const char *key, int keylen)
 {
+	if (rlock_redis_cluster())
+		return rlock_router_route(key, keylen, RLOCK_USE_SYNC);
 	return conns[RLOCK_USE_SYNC];
+}
+
+/*
+ * A place for the worker's own state of a connection.
+ */
+void	  **
+rlock_conn_worker_data(RlockConn *conn)
+{
+	return &conn->worker_data;
 }
 
 RlockConn *
@@ -588,10 +602,9 @@ rlock_redis_data_server(void)
  * every replica the primary listed in its latest ROLE, needing one.
  */
 int
-rlock_redis_sync_need(int *ask)
+rlock_redis_sync_need(RlockConn *sync, int *ask)
 {
-	RlockConn  *sync = conns[RLOCK_USE_SYNC];
-	RlockConn  *cmd = conns[RLOCK_USE_COMMAND];
+	RlockConn  *cmd = sync->group[RLOCK_USE_COMMAND];
 	int			replicas;
 
 	*ask = 0;
@@ -615,9 +628,9 @@ rlock_redis_sync_need(int *ask)
  * one made since to close it on the server?
  */
 bool
-rlock_redis_sync_fence_owed(void)
+rlock_redis_sync_fence_owed(RlockConn *sync)
 {
-	return conns[RLOCK_USE_SYNC]->fence_owed;
+	return sync->fence_owed;
 }
 
 /*
@@ -626,10 +639,8 @@ rlock_redis_sync_fence_owed(void)
  * ROLE: a replica may just be slow).
  */
 void
-rlock_redis_sync_acks(int acks)
+rlock_redis_sync_acks(RlockConn *sync, int acks)
 {
-	RlockConn  *sync = conns[RLOCK_USE_SYNC];
-
 	if (acks > sync->replicas && sync->state == RLOCK_CONN_READY)
 	{
 		sync->replicas = acks;
@@ -680,12 +691,16 @@ rlock_redis_reload(void)
 	int			i;
 	const char *why;
 
-	/* not a connection setting: only whether the sync connection is used */
+	/* not a connection setting: only whether the sync connections are used */
 	status_dirty = true;
-	if (!conn_wanted(conns[RLOCK_USE_SYNC], &why))
+	for (i = 0; i < nall; i++)
 	{
-		conns[RLOCK_USE_SYNC]->quiet_drop = true;
-		conn_close(conns[RLOCK_USE_SYNC], "rlock.sync_replicas is off", true);
+		if (all[i]->use == RLOCK_USE_SYNC && !conn_wanted(all[i], &why) &&
+			all[i]->state != RLOCK_CONN_DOWN)
+		{
+			all[i]->quiet_drop = true;
+			conn_close(all[i], "rlock.sync_replicas is off", true);
+		}
 	}
 
 	rlock_tls_reset();
@@ -1149,7 +1164,9 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 bool
 rlock_conn_resend(RlockConn *conn, RlockCmd *cmd)
 {
-	if (!rlock_conn_ready(conn) || cmd->wire == NULL)
+	/* the output bound was checked by the caller, before an ASKING that
+	 * must not go out without this */
+	if (conn->failed || conn->state != RLOCK_CONN_READY || cmd->wire == NULL)
 		return false;
 	appendBinaryStringInfo(&conn->out, cmd->wire, cmd->wirelen);
 	cmd->sent_at = GetCurrentTimestamp();
@@ -1461,6 +1478,32 @@ conn_io(RlockConn *conn)
 /*---- the loop's side: ticks, flushes, waits ----*/
 
 /*
+ * Is a sync connection used?  When replicas must confirm: always with a
+ * number or behind Sentinels; with "auto" on a standalone server or a
+ * cluster's primary, once the primary listed replicas to its command
+ * connection.
+ */
+static bool
+conn_sync_wanted(RlockConn *conn)
+{
+	/*
+	 * Acquisitions were on the wire when it was lost: a new sync
+	 * connection's handshake closes the old one on the server before their
+	 * entries are restated, used or not.
+	 */
+	if (conn->fence_owed)
+		return true;
+	if (rlock_sync_replicas == RLOCK_SYNC_OFF)
+		return false;
+	if (rlock_sync_replicas == RLOCK_SYNC_AUTO &&
+		rlock_topology != RLOCK_TOPOLOGY_SENTINEL &&
+		conn->group[RLOCK_USE_COMMAND]->replicas <= 0 &&
+		conn->state == RLOCK_CONN_DOWN)
+		return false;
+	return true;
+}
+
+/*
  * Should the connection be up?  If not, *why says why (for requests and
  * rlock_status()), or is NULL when it is simply not used.
  */
@@ -1468,34 +1511,14 @@ static bool
 conn_wanted(RlockConn *conn, const char **why)
 {
 	*why = NULL;
+	if (conn->use == RLOCK_USE_SYNC && !conn_sync_wanted(conn))
+		return false;
 	if (rlock_redis_cluster() || conn->node != NULL ||
 		conn->use == RLOCK_USE_CLUSTER)
 		return rlock_router_wanted(conn);
 	switch (conn->use)
 	{
 		case RLOCK_USE_SYNC:
-
-			/*
-			 * Needed when replicas must confirm: always with a number or
-			 * behind Sentinels; with "auto" on a standalone server, once
-			 * the primary listed replicas to the command connection.
-			 */
-			if (conn->fence_owed)
-			{
-				/*
-				 * Acquisitions were on the wire when it was lost: a new
-				 * sync connection's handshake closes the old one on the
-				 * server before their entries are restated, used or not.
-				 */
-			}
-			else if (rlock_sync_replicas == RLOCK_SYNC_OFF)
-				return false;
-			else if (rlock_sync_replicas == RLOCK_SYNC_AUTO &&
-					 rlock_topology == RLOCK_TOPOLOGY_STANDALONE &&
-					 conns[RLOCK_USE_COMMAND]->replicas <= 0 &&
-					 conn->state == RLOCK_CONN_DOWN)
-				return false;
-			/* FALLTHROUGH */
 		case RLOCK_USE_COMMAND:
 		case RLOCK_USE_SUBSCRIBER:
 			if (rlock_topology == RLOCK_TOPOLOGY_STANDALONE)
@@ -1579,7 +1602,7 @@ conn_asks_role(RlockConn *conn)
 		return true;
 	return conn->use == RLOCK_USE_COMMAND &&
 		rlock_sync_replicas == RLOCK_SYNC_AUTO &&
-		conns[RLOCK_USE_SYNC]->state == RLOCK_CONN_DOWN;
+		conn->group[RLOCK_USE_SYNC]->state == RLOCK_CONN_DOWN;
 }
 
 static TimestampTz

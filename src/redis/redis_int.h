@@ -233,6 +233,7 @@ struct RlockConn
 	bool		ready_logged;	/* and so was its end */
 	bool		flap_logged;	/* losses right after READY were logged */
 	bool		woke;			/* its socket had an event this wake-up */
+	void	   *worker_data;	/* the worker's, see rlock_conn_worker_data */
 };
 
 /* conn.c */
@@ -293,6 +294,7 @@ typedef struct RlockNode
 	int			index;			/* in router.c's table */
 	bool		primary;		/* serves slots, as far as rlock knows */
 	bool		was_primary;	/* before the latest map */
+	bool		unmapped;		/* made for a redirection, not in a map */
 	char		id[RLOCK_CLUSTER_ID_LEN];
 	TimestampTz asked_at;		/* an ASK named it then */
 	char		note[128];		/* the latest TRYAGAIN or CLUSTERDOWN */

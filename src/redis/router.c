@@ -70,6 +70,11 @@
 /* Nodes kept: primaries, and nodes redirections named */
 #define RLOCK_ROUTER_MAX_NODES	(2 * RLOCK_CLUSTER_MAX_NODES)
 
+/* Nodes a redirection named that the map did not (yet) at one time: a
+ * node that does not keep to the protocol must not make the worker open
+ * connections to any address it likes */
+#define RLOCK_MAX_UNMAPPED		8
+
 static RlockNode **nodes = NULL;
 static int	nnodes = 0;
 static int16 *owner = NULL;		/* by slot: index in nodes, -1 if none */
@@ -128,6 +133,41 @@ bool
 rlock_redis_cluster(void)
 {
 	return router_active();
+}
+
+/*
+ * The node at host:port, if known.
+ */
+static RlockNode *
+router_known_node(const char *host, int port)
+{
+	int			i;
+
+	for (i = 0; i < nnodes; i++)
+	{
+		if (nodes[i]->server.port == port &&
+			strcmp(nodes[i]->server.host, host) == 0)
+			return nodes[i];
+	}
+	return NULL;
+}
+
+/*
+ * Nodes made for a redirection that the latest map did not name, in use.
+ */
+static int
+router_unmapped(void)
+{
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < nnodes; i++)
+	{
+		if (nodes[i]->unmapped &&
+			(nodes[i]->primary || !rlock_node_idle(nodes[i])))
+			n++;
+	}
+	return n;
 }
 
 /*
@@ -285,6 +325,7 @@ router_apply(const RlockClusterMap *m)
 		if (n != NULL)
 		{
 			n->primary = true;
+			n->unmapped = false;
 			strlcpy(n->id, m->node[i].id, sizeof(n->id));
 		}
 	}
@@ -683,10 +724,18 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 							   &port))
 		return false;			/* the sender sees what was sent */
 	rlock_count(moved ? RLOCK_STAT_CLUSTER_MOVED : RLOCK_STAT_CLUSTER_ASK, 1);
-	target = router_node(host, port);
+	target = router_known_node(host, port);
+	if (target == NULL && router_unmapped() < RLOCK_MAX_UNMAPPED)
+	{
+		target = router_node(host, port);
+		if (target != NULL)
+			target->unmapped = true;
+	}
 	if (target == NULL)
 	{
-		router_defer(conn, cmd, "too many Redis Cluster nodes named");
+		/* the map will say whether it is a primary */
+		rlock_router_refresh_soon();
+		router_defer(conn, cmd, "a redirection to a node the slot map does not name");
 		return true;
 	}
 	if (moved)
@@ -699,8 +748,13 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	else
 		target->asked_at = GetCurrentTimestamp();
 
-	/* a second ASK for the same command: the migration moves on; later */
+	/*
+	 * A second ASK for the same command: the migration moves on; later.
+	 * A sync connection's command is not sent elsewhere: the WAIT behind
+	 * it on this connection would not cover it.
+	 */
 	if (cmd->redirects >= RLOCK_MAX_REDIRECTS || (ask && cmd->asked) ||
+		conn->use == RLOCK_USE_SYNC ||
 		!router_resend(target->conn[conn->use], cmd, ask))
 		router_defer(conn, cmd, reply->str);
 	return true;
@@ -778,8 +832,6 @@ rlock_router_wanted(RlockConn *conn)
 		return nseeds + nprimaries > 0;
 	if (conn->node == NULL)
 		return false;
-	if (conn->use == RLOCK_USE_SYNC)
-		return false;
 	/* a node a redirection named: for a while, as ASKING needs it */
 	return conn->node->primary ||
 		(conn->node->asked_at != 0 &&
@@ -793,18 +845,17 @@ rlock_router_tick(TimestampTz now)
 	ListCell   *lc;
 	List	   *due = NIL;
 
-	if (!router_active())
-		return;
-	if (rlock_conn_ready(topo) && !refresh_inflight && refresh_due != 0 &&
-		now >= refresh_due)
+	if (router_active() && rlock_conn_ready(topo) && !refresh_inflight &&
+		refresh_due != 0 && now >= refresh_due)
 		router_send_refresh(now);
 
-	/* answer first, then call: a sender may defer more */
+	/* answer first, then call: a sender may defer more; all of them when
+	 * the cluster is no longer used */
 	foreach(lc, deferred)
 	{
 		Deferred   *d = (Deferred *) lfirst(lc);
 
-		if (d->due <= now)
+		if (d->due <= now || !router_active())
 		{
 			due = lappend(due, d);
 			deferred = foreach_delete_current(deferred, lc);
@@ -826,6 +877,8 @@ rlock_router_next(void)
 	TimestampTz next = DT_NOEND;
 	ListCell   *lc;
 
+	if (deferred != NIL && !router_active())
+		return 0;
 	if (!router_active())
 		return next;
 	if (rlock_conn_ready(topo) && !refresh_inflight && refresh_due != 0)
@@ -861,6 +914,7 @@ rlock_router_status(RlockWorkerStatus *st)
 {
 	int			cmd_state = RLOCK_CONN_READY;
 	int			sub_state = RLOCK_CONN_READY;
+	int			sync_state = -1;
 	int			i;
 
 	st->cluster_primaries = nprimaries;
@@ -875,7 +929,13 @@ rlock_router_status(RlockWorkerStatus *st)
 			continue;
 		cmd_state = Min(cmd_state, (int) nodes[i]->conn[RLOCK_USE_COMMAND]->state);
 		sub_state = Min(sub_state, (int) nodes[i]->conn[RLOCK_USE_SUBSCRIBER]->state);
+		/* sync connections: those made, or needed by a number */
+		if (nodes[i]->conn[RLOCK_USE_SYNC]->state != RLOCK_CONN_DOWN ||
+			rlock_sync_replicas > 0)
+			sync_state = Min(sync_state < 0 ? (int) RLOCK_CONN_READY : sync_state,
+							 (int) nodes[i]->conn[RLOCK_USE_SYNC]->state);
 	}
+	st->sync_state = sync_state;
 	if (nprimaries == 0)
 		cmd_state = sub_state = RLOCK_CONN_DOWN;
 	st->cmd_state = cmd_state;

@@ -363,9 +363,15 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		release_status[wc->hold] = status;
 		release_refused[wc->hold] = false;
 	}
+	/*
+	 * Sent again at once if a connection takes it: a reply lost with its
+	 * connection is restated when one is ready again, but in a Redis
+	 * Cluster a command may be answered as lost with its connection up,
+	 * or the key's slot may have another primary by now.
+	 */
 	if (later)
 		worker_resync_later();
-	else if (again && reply != NULL)
+	else if (again)
 		worker_requeue_hold(wc->hold);
 	rlock_hold_try_free(wc->hold);
 	if (worker_parked())

@@ -245,7 +245,11 @@ rlock_batch_apply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply,
 	kind = rlock_kinds[wc->kind];
 	for (i = 0; i < wc->nholds; i++)
 	{
-		if (kind->batch_result(reply, i) == RLOCK_BATCH_INVALID)
+		RlockBatchResult result = kind->batch_result(reply, i);
+
+		/* a declared key is redirected before the script runs: never 2 */
+		if (result == RLOCK_BATCH_INVALID ||
+			(result == RLOCK_BATCH_ELSEWHERE && wc->nholds == 1))
 		{
 			worker_unknown_status(conn, wc, wc->kind);
 			return -1;
@@ -368,9 +372,19 @@ rlock_renew_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	if (rlock_batch_apply(conn, wc, reply, false, &renewed, &elsewhere) >= 0)
 		rlock_count(RLOCK_STAT_RENEWALS, renewed);
 	/* entries whose slot moved: one by one, keyed, so that Redis's
-	 * redirection takes each where it went */
+	 * redirection takes each where it went; those still renewed */
 	for (i = 0; i < elsewhere; i++)
-		(void) rlock_batch_send(rlock_hold_conn(wc->holds[2 * i]),
-								WORKER_CMD_RENEW, wc->lease_ms,
-								&wc->holds[2 * i], 1, -1, 0, 0);
+	{
+		RlockHold  *h = rlock_hold(wc->holds[2 * i]);
+		bool		renew;
+
+		SpinLockAcquire(&h->mutex);
+		renew = h->in_use && h->generation == (uint32) wc->holds[2 * i + 1] &&
+			h->renew && !h->lost && h->count - h->to_release > 0;
+		SpinLockRelease(&h->mutex);
+		if (renew)
+			(void) rlock_batch_send(rlock_hold_conn(wc->holds[2 * i]),
+									WORKER_CMD_RENEW, wc->lease_ms,
+									&wc->holds[2 * i], 1, -1, 0, 0);
+	}
 }

@@ -118,24 +118,32 @@ static dlist_head pending = DLIST_STATIC_INIT(pending);
  * WAIT is on the wire no acquisition is sent: each WAIT may block the
  * connection for rlock.sync_timeout, and WAITs queued behind one another
  * would add up.  Granted acquisitions wait for their batch's WAIT in
- * sync_granted (copies of their commands).
+ * sync_granted (copies of their commands).  In a Redis Cluster each
+ * primary has its sync connection, and each connection its batches
+ * (SyncConn).
  *
  * sync_lost: per hold entry, whether an acquisition on the sync
  * connection went unanswered (the entry is restated only once that
  * connection was made again, and so the old one closed on the server:
  * see handshake_fence).
  */
+typedef struct SyncConn
+{
+	uint64		batch;			/* tag of the batch being sent, 0 if none */
+	int			need;
+	int			ask;
+	uint64		unwaited;		/* a batch whose WAIT could not be sent */
+	bool		wait_inflight;
+} SyncConn;
+
 static uint64 sync_next_tag = 0;
-static uint64 sync_batch = 0;	/* tag of the batch being sent, 0 if none */
-static int	sync_batch_need;
-static int	sync_batch_ask;
-static uint64 sync_unwaited = 0;	/* a batch whose WAIT could not be sent */
-static bool sync_wait_inflight = false;
+static List *sync_batched = NIL;	/* connections with a batch to end */
 static List *sync_granted = NIL;
 static bool *sync_lost;
 
 static void worker_mark_busy(WorkerReq *req);
-static bool worker_sync_conn_missing(void);
+static bool worker_sync_conn_missing(RlockConn *sync);
+static RlockConn *worker_hold_sync_conn(int index);
 static bool worker_release_refused_now(WorkerReq *req);
 
 /*---- timers ----*/
@@ -242,7 +250,8 @@ worker_unanswered_deadline(WorkerReq *req)
 									   (int64) rlock_command_timeout +
 									   rlock_connect_timeout +
 									   (req->op == RLOCK_OP_ACQUIRE &&
-										rlock_redis_sync_need(&ask) > 0 ?
+										rlock_redis_sync_need(worker_hold_sync_conn(req->hold),
+															  &ask) > 0 ?
 										rlock_sync_timeout : 0));
 }
 
@@ -319,7 +328,8 @@ worker_make_pending(WorkerReq *req)
 	worker_set_state(req, REQ_PENDING);
 	dlist_push_tail(&pending, &req->pending_node);
 	if (!worker_req_ready(req) ||
-		(req->op == RLOCK_OP_ACQUIRE && worker_sync_conn_missing()))
+		(req->op == RLOCK_OP_ACQUIRE &&
+		 worker_sync_conn_missing(worker_hold_sync_conn(req->hold))))
 		at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										 rlock_connect_timeout);
 	if (deadline != 0 && (at == 0 || deadline < at))
@@ -516,15 +526,39 @@ worker_complete_unreachable(WorkerReq *req)
 /*---- synced acquisitions ----*/
 
 /*
- * Must acquisitions be synced now, and is their connection missing?
+ * The worker's state of a sync connection.
+ */
+static SyncConn *
+worker_sync_state(RlockConn *sync)
+{
+	void	  **data = rlock_conn_worker_data(sync);
+
+	if (*data == NULL)
+		*data = MemoryContextAllocZero(rlock_worker_context, sizeof(SyncConn));
+	return (SyncConn *) *data;
+}
+
+/*
+ * The sync connection of an entry: its key's.
+ */
+static RlockConn *
+worker_hold_sync_conn(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	return rlock_redis_sync_for(h->key, h->keylen);
+}
+
+/*
+ * Must acquisitions on this sync connection be synced now, and is it
+ * missing?
  */
 static bool
-worker_sync_conn_missing(void)
+worker_sync_conn_missing(RlockConn *sync)
 {
 	int			ask;
 
-	return rlock_redis_sync_need(&ask) > 0 &&
-		!rlock_conn_ready(rlock_redis_sync_conn());
+	return rlock_redis_sync_need(sync, &ask) > 0 && !rlock_conn_ready(sync);
 }
 
 /*
@@ -536,63 +570,81 @@ worker_sync_conn_missing(void)
 bool
 worker_sync_may_resync(int index)
 {
+	RlockConn  *sync;
+
 	if (!sync_lost[index])
 		return true;
+	sync = worker_hold_sync_conn(index);
 	/* a new sync connection is made for the fence even when unused */
-	if (!rlock_conn_ready(rlock_redis_sync_conn()) &&
+	if (!rlock_conn_ready(sync) &&
 		(rlock_sync_replicas != RLOCK_SYNC_OFF ||
-		 rlock_redis_sync_fence_owed()))
+		 rlock_redis_sync_fence_owed(sync)))
 		return false;
 	sync_lost[index] = false;
 	return true;
 }
 
 /*
- * The sync connection is (back) up: entries held back for it may be
+ * A sync connection is (back) up: entries held back for it may be
  * restated.
  */
 void
-worker_sync_conn_ready(void)
+worker_sync_conn_ready(RlockConn *sync)
 {
+	int			i;
+
 	/* its handshake closed the lost one on the server: the fence is up */
-	memset(sync_lost, 0, sizeof(bool) * rlock_shared->nholds);
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		if (sync_lost[i] && worker_hold_sync_conn(i) == sync)
+			sync_lost[i] = false;
+	}
 	worker_requeue_all_holds();
 }
 
 /*
- * End the batch of synced acquisitions sent in this pass with WAIT: it
- * answers once "ask" replicas confirmed every write sent before it on
- * the connection, or rlock.sync_timeout passed.
+ * End each batch of synced acquisitions sent in this pass with WAIT on its
+ * connection: it answers once "ask" replicas confirmed every write sent
+ * before it on the connection, or rlock.sync_timeout passed.
  */
 void
 worker_sync_flush(void)
 {
-	WorkerCmd  *wc;
-	RlockArgs  *args;
+	ListCell   *lc;
 
-	if (sync_batch == 0)
-		return;
-	wc = worker_cmd_new(WORKER_CMD_SYNC);
-	args = worker_args();
-	rlock_args_cstr(args, "WAIT");
-	rlock_args_int(args, sync_batch_ask);
-	rlock_args_int(args, rlock_sync_timeout);
-	wc->cmd.shape = RLOCK_SHAPE_INTEGER;
-	wc->sync_tag = sync_batch;
-	wc->sync_need = sync_batch_need;
-	if (worker_cmd_send(rlock_redis_sync_conn(), wc, args))
-		sync_wait_inflight = true;
-	else
+	foreach(lc, sync_batched)
 	{
-		/*
-		 * Its grants count as unconfirmed.  The connection goes too: a
-		 * later batch must not find these grants still on the wire.
-		 */
-		sync_unwaited = sync_batch;
-		rlock_conn_give_up(rlock_redis_sync_conn(),
-						   "the sync connection could not take a WAIT");
+		RlockConn  *sync = (RlockConn *) lfirst(lc);
+		SyncConn   *sc = worker_sync_state(sync);
+		WorkerCmd  *wc;
+		RlockArgs  *args;
+
+		if (sc->batch == 0)
+			continue;
+		wc = worker_cmd_new(WORKER_CMD_SYNC);
+		args = worker_args();
+		rlock_args_cstr(args, "WAIT");
+		rlock_args_int(args, sc->ask);
+		rlock_args_int(args, rlock_sync_timeout);
+		wc->cmd.shape = RLOCK_SHAPE_INTEGER;
+		wc->sync_tag = sc->batch;
+		wc->sync_need = sc->need;
+		if (worker_cmd_send(sync, wc, args))
+			sc->wait_inflight = true;
+		else
+		{
+			/*
+			 * Its grants count as unconfirmed.  The connection goes too:
+			 * a later batch must not find these grants still on the wire.
+			 */
+			sc->unwaited = sc->batch;
+			rlock_conn_give_up(sync,
+							   "the sync connection could not take a WAIT");
+		}
+		sc->batch = 0;
 	}
-	sync_batch = 0;
+	list_free(sync_batched);
+	sync_batched = NIL;
 }
 
 /*---- hold entries ----*/
@@ -615,19 +667,25 @@ worker_hold_acquiring(int index)
  * their own, which orders nothing against the command connection: they
  * also wait until every release and restatement of the entry was
  * answered, lest one that Redis runs later undo the grant.  And they wait
- * for the sync connection.
+ * for the sync connection.  In a Redis Cluster too: a release on the wire
+ * to a node that answers MOVED is sent again to the new primary, after an
+ * acquire sent there directly once the map had changed.
  */
 static bool
 worker_acquire_held_back(int index)
 {
 	RlockHold  *h = rlock_hold(index);
+	RlockConn  *sync = worker_hold_sync_conn(index);
 	int			ask;
 	bool		held;
 
-	if (rlock_redis_sync_need(&ask) == 0)
+	if (rlock_redis_sync_need(sync, &ask) > 0)
+	{
+		if (!rlock_conn_ready(sync) || worker_sync_state(sync)->wait_inflight)
+			return true;
+	}
+	else if (!rlock_redis_cluster())
 		return worker_hold_acquiring(index);
-	if (!rlock_conn_ready(rlock_redis_sync_conn()) || sync_wait_inflight)
-		return true;
 	SpinLockAcquire(&h->mutex);
 	held = h->acquiring || h->queued || h->resync || h->unacked > 0 ||
 		h->to_release > 0;
@@ -790,9 +848,9 @@ worker_send_acquire(WorkerReq *req)
 	WorkerCmd  *wc;
 	int32		target;
 	int			ask;
-	int			need = rlock_redis_sync_need(&ask);
-	RlockConn  *conn = need > 0 ? rlock_redis_sync_conn() :
-		rlock_hold_conn(req->hold);
+	RlockConn  *sync = worker_hold_sync_conn(req->hold);
+	int			need = rlock_redis_sync_need(sync, &ask);
+	RlockConn  *conn = need > 0 ? sync : rlock_hold_conn(req->hold);
 
 	/* only the worker changes count: no need to read it under the mutex */
 	if (h->count == 0 && !req->tried && worker_join_line(req))
@@ -815,14 +873,20 @@ worker_send_acquire(WorkerReq *req)
 	wc->lease_ms = worker_lease(req->lease_ms);
 	if (need > 0)
 	{
-		if (sync_batch == 0)
+		SyncConn   *sc = worker_sync_state(sync);
+
+		if (sc->batch == 0)
 		{
-			sync_batch = ++sync_next_tag;
-			sync_batch_need = need;
-			sync_batch_ask = ask;
+			MemoryContext old = MemoryContextSwitchTo(rlock_worker_context);
+
+			sc->batch = ++sync_next_tag;
+			sc->need = need;
+			sc->ask = ask;
+			sync_batched = lappend(sync_batched, sync);
+			MemoryContextSwitchTo(old);
 		}
-		wc->sync_tag = sync_batch;
-		wc->sync_need = sync_batch_need;
+		wc->sync_tag = sc->batch;
+		wc->sync_need = sc->need;
 		wc->cmd.writes_locks = true;	/* a lost one needs the fence */
 	}
 	args = worker_args();
@@ -913,7 +977,7 @@ worker_sync_settle(WorkerCmd *wc, int64 acks, const RlockReply *reply)
 		snprintf(detail, sizeof(detail),
 				 INT64_FORMAT " of the %d replicas needed confirmed it within rlock.sync_timeout (%d ms) at %s; the acquisition was undone.",
 				 acks, wc->sync_need, rlock_sync_timeout,
-				 rlock_redis_address());
+				 rlock_conn_address(worker_hold_sync_conn(wc->hold)));
 		worker_complete(req, RLOCK_STATUS_NOT_SYNCED, 0, detail);
 	}
 }
@@ -929,12 +993,12 @@ worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	List	   *mine = NIL;
 	ListCell   *lc;
 
-	sync_wait_inflight = false;
+	worker_sync_state(conn)->wait_inflight = false;
 	if (reply != NULL && reply->type == RLOCK_REPLY_INTEGER)
 	{
 		/* a count below zero is no confirmation */
 		acks = Max(reply->integer, 0);
-		rlock_redis_sync_acks((int) Min(acks, INT_MAX));
+		rlock_redis_sync_acks(conn, (int) Min(acks, INT_MAX));
 	}
 	/* settling may send nothing, but take the batch out first */
 	foreach(lc, sync_granted)
@@ -1316,11 +1380,11 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 
 		*g = *wc;
 		g->sync_value = result.value;
-		if (wc->sync_tag != sync_unwaited)
+		if (wc->sync_tag != worker_sync_state(conn)->unwaited)
 			sync_granted = lappend(sync_granted, g);
 		MemoryContextSwitchTo(old);
 		/* no WAIT behind it (the connection took no more): unconfirmed */
-		if (wc->sync_tag == sync_unwaited)
+		if (wc->sync_tag == worker_sync_state(conn)->unwaited)
 		{
 			worker_sync_settle(g, -1, NULL);
 			pfree(g);
@@ -1375,9 +1439,17 @@ worker_verify_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	if (req == NULL || wc->target != req->attempt)
 		return;
 	/* entries whose slot moved: asked again one by one, keyed, so that
-	 * Redis's redirection takes each where it went */
+	 * Redis's redirection takes each where it went; those still the same */
 	for (i = 0; i < elsewhere; i++)
 	{
+		RlockHold  *h = rlock_hold(wc->holds[2 * i]);
+		bool		same;
+
+		SpinLockAcquire(&h->mutex);
+		same = h->in_use && h->generation == (uint32) wc->holds[2 * i + 1];
+		SpinLockRelease(&h->mutex);
+		if (!same)
+			continue;
 		if (!rlock_batch_send(rlock_hold_conn(wc->holds[2 * i]),
 							  WORKER_CMD_VERIFY, wc->lease_ms,
 							  &wc->holds[2 * i], 1, wc->slot, wc->seq,
@@ -1537,18 +1609,18 @@ worker_requests_conn_lost(RlockConn *conn)
  * connection.
  */
 void
-worker_requests_sync_lost(void)
+worker_requests_sync_lost(RlockConn *sync)
 {
 	int			i;
 
-	if (!worker_sync_conn_missing())
+	if (!worker_sync_conn_missing(sync))
 		return;					/* not needed now */
 	for (i = 0; i < nreqs; i++)
 	{
 		WorkerReq  *req = &reqs[i];
 
 		if (req->state == REQ_PENDING && req->op == RLOCK_OP_ACQUIRE &&
-			req->timer_at == 0)
+			req->timer_at == 0 && worker_hold_sync_conn(req->hold) == sync)
 			worker_timer_set(req,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 rlock_connect_timeout));
@@ -1664,7 +1736,7 @@ worker_awaits_failover(WorkerReq *req, TimestampTz now)
 	return req->op == RLOCK_OP_ACQUIRE &&
 		(req->wait_until == 0 || now < req->wait_until) &&
 		(!worker_req_ready(req) ||
-		 worker_sync_conn_missing()) &&
+		 worker_sync_conn_missing(worker_hold_sync_conn(req->hold))) &&
 		rlock_redis_failover_awaited();
 }
 

@@ -76,6 +76,9 @@ typedef struct WaitGroup
 								 * known); [1] for a key with a brace */
 	RlockConn  *conn;			/* where its subscription was made */
 	int			pubsub;			/* with which RLOCK_PUBSUB_* namespaces */
+	int			inflight;		/* its (un)subscribe commands on the wire,
+								 * which point at it: it lives until they
+								 * are answered */
 } WaitGroup;
 
 typedef struct Waiter
@@ -150,6 +153,10 @@ waiters_delete_group(WaitGroup *g)
 
 	Assert(g->nwaiters == 0);
 	waiters_set_state(g, SUB_NONE);
+	/* a command still on the wire (a redirection took it elsewhere) keeps
+	 * it: its answer deletes it */
+	if (g->inflight > 0)
+		return;
 	hash_search(groups, &g->channel, HASH_REMOVE, NULL);
 	pfree(data);
 }
@@ -177,7 +184,10 @@ waiters_send_one(RlockConn *conn, WaitGroup *g, bool subscribe, bool sharded,
 	wc->cmd.channellen = g->channel.len;
 	wc->seq = seq;
 	wc->group = g;
-	return worker_cmd_send(conn, wc, args);
+	if (!worker_cmd_send(conn, wc, args))
+		return false;
+	g->inflight++;
+	return true;
 }
 
 /*
@@ -369,6 +379,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->busy_until[0] = g->busy_until[1] = 0;
 		g->conn = NULL;
 		g->pubsub = 0;
+		g->inflight = 0;
 	}
 
 	w->group = g;
@@ -417,6 +428,17 @@ rlock_waiters_wakes(int slot)
 }
 
 /*
+ * How many messages one release of this instance publishes that a group
+ * receives: two when it follows both namespaces (rlock.cluster_pubsub =
+ * both publishes in both).
+ */
+static int
+waiters_echo_weight(WaitGroup *g)
+{
+	return g->pubsub == (RLOCK_PUBSUB_CLASSIC | RLOCK_PUBSUB_SHARDED) ? 2 : 1;
+}
+
+/*
  * This instance is freeing "key": hand it to one local waiter, whose try
  * goes out right behind the release instead of after the round trip of
  * the unlock message.  Returns RLOCK_HANDED_OFF if a waiter was retried,
@@ -443,9 +465,10 @@ rlock_waiters_hand_off(const char *key, int keylen)
 	 * A synced try goes on the sync connection and may reach Redis first,
 	 * find the lock still held, and then need that message.
 	 */
-	if (g->state != SUB_SUBSCRIBED || rlock_redis_sync_need(&ask) > 0)
+	if (g->state != SUB_SUBSCRIBED ||
+		rlock_redis_sync_need(rlock_redis_sync_for(key, keylen), &ask) > 0)
 		return RLOCK_HANDED_OFF;
-	g->echoes++;
+	g->echoes += waiters_echo_weight(g);
 	return RLOCK_HANDED_OFF_ECHO;
 }
 
@@ -468,7 +491,7 @@ rlock_waiters_echo_cancel(const char *key, int keylen)
 	if (g == NULL)
 		return;
 	if (g->echoes > 0)
-		g->echoes--;
+		g->echoes = Max(g->echoes - waiters_echo_weight(g), 0);
 	else
 	{
 		g->wakes++;
@@ -478,22 +501,28 @@ rlock_waiters_echo_cancel(const char *key, int keylen)
 
 /*
  * A subscribe or unsubscribe confirmation: [kind, channel, count] (the
- * connection checked the shape).  It must name the channel of the group
+ * connection checked the shape), an error, or NULL (lost, or in a Redis
+ * Cluster not taken now).  It must name the channel of the group
  * it was sent for, which lives at least as long as the connection has a
  * command for it in flight.  A refused SUBSCRIBE (an ACL without the
  * channel) leaves the group unsubscribed: its waiters keep their
  * TTL-bounded timers, and their next retry after a second subscribes
  * again.
  */
-void
-rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+static void
+waiters_answer(RlockConn *conn, WorkerCmd *wc, WaitGroup *g,
+			   const RlockReply *reply)
 {
-	WaitGroup  *g;
 	const RlockReply *channel;
 
 	if (reply == NULL)
+	{
+		/* a subscription that did not happen is made again later */
+		if (wc->seq == g->sent &&
+			(g->state == SUB_SUBSCRIBING || g->state == SUB_UNSUBSCRIBING))
+			waiters_set_state(g, SUB_NONE);
 		return;
-	g = (WaitGroup *) wc->group;
+	}
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
 		if (wc->type == WORKER_CMD_SUBSCRIBE && wc->seq == g->sent &&
@@ -524,6 +553,21 @@ rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	}
 	else if (wc->type == WORKER_CMD_UNSUBSCRIBE &&
 			 g->state == SUB_UNSUBSCRIBING && g->nwaiters == 0)
+		waiters_set_state(g, SUB_NONE);
+}
+
+void
+rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
+{
+	WaitGroup  *g = (WaitGroup *) wc->group;
+
+	Assert(g->inflight > 0);
+	g->inflight--;
+	waiters_answer(conn, wc, g, reply);
+	/* a group left while this was on the wire goes with its last answer */
+	if (g->nwaiters == 0 && g->inflight == 0 &&
+		(g->state == SUB_NONE ||
+		 (g->state == SUB_UNSUBSCRIBING && reply == NULL)))
 		waiters_delete_group(g);
 }
 
@@ -606,6 +650,9 @@ rlock_waiters_unsubscribed(RlockConn *conn, const char *channel,
 
 	if (g == NULL || g->conn != conn || g->state != SUB_SUBSCRIBED)
 		return;
+	/* its classic subscription, if any, is still there: dropped too */
+	if (g->pubsub & RLOCK_PUBSUB_CLASSIC)
+		(void) waiters_send_one(conn, g, false, false, ++g->sent);
 	waiters_set_state(g, SUB_NONE);
 	g->conn = NULL;
 	if (g->nwaiters > 0)

@@ -230,7 +230,7 @@ worker_conn_ready(RlockConn *conn)
 	}
 	if (rlock_conn_is_sync(conn))
 	{
-		worker_sync_conn_ready();
+		worker_sync_conn_ready(conn);
 		return;
 	}
 	worker_requeue_all_holds();
@@ -254,7 +254,7 @@ worker_conn_lost(RlockConn *conn)
 	/* the sync connection's acquisitions were answered one by one */
 	if (rlock_conn_is_sync(conn))
 	{
-		worker_requests_sync_lost();
+		worker_requests_sync_lost(conn);
 		return;
 	}
 	pg_atomic_fetch_add_u32(&rlock_shared->cmd_epoch, 1);

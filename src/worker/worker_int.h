@@ -81,7 +81,7 @@ extern void worker_fire_timers(TimestampTz now);
 extern TimestampTz worker_next_timer(void);
 extern void worker_send_pending(void);
 extern void worker_requests_conn_lost(RlockConn *conn);
-extern void worker_requests_sync_lost(void);
+extern void worker_requests_sync_lost(RlockConn *sync);
 extern void worker_requests_stop(void);
 extern bool worker_requests_waiting(void);
 extern void worker_acquire_reply(RlockConn *conn, WorkerCmd *wc,
@@ -94,7 +94,7 @@ extern void worker_sync_reply(RlockConn *conn, WorkerCmd *wc,
 							  const RlockReply *reply);
 extern bool worker_sync_may_resync(int index);
 extern void worker_sync_flush(void);
-extern void worker_sync_conn_ready(void);
+extern void worker_sync_conn_ready(RlockConn *sync);
 extern void worker_unpark(void);
 extern bool worker_parked(void);
 extern bool worker_retry(int slot, const char *key, int keylen);

@@ -47,7 +47,7 @@ sub refused
 }
 
 refused('a Redis Cluster node',
-	'the server runs in cluster mode, which rlock does not support yet: point rlock.host at a standalone Redis'
+	'the server runs in cluster mode: set rlock.topology to cluster, with the node in rlock.nodes'
 );
 
 # Sentinel speaks plain TCP here (the suite's TLS round gives it no TLS)

@@ -343,7 +343,8 @@ for my $bad (
 	[ 'rlock.nodes', 'a:70000', qr/no valid port/ ],
 	[ 'rlock.sync_replicas', 'many', qr/"off", "auto" or a number/ ],
 	[ 'rlock.sync_replicas', '65', qr/from 1 to 64/ ],
-	[ 'rlock.topology', 'cluster', qr/invalid value for parameter "rlock.topology"/ ])
+	[ 'rlock.topology', 'replicated', qr/invalid value for parameter "rlock.topology"/ ],
+	[ 'rlock.cluster_pubsub', 'pattern', qr/invalid value for parameter "rlock.cluster_pubsub"/ ])
 {
 	my ($name, $value, $why) = @$bad;
 	my ($brc, $bout, $berr) =

@@ -10,9 +10,10 @@
 --
 -- Resets the lease of every lock its owner still holds, and never brings
 -- back one it does not.  Returns one 1 (renewed) or 0 (not held: stop
--- renewing) per lock, or 2 for a lock this node does not serve (its slot
--- moved: ask again where it went).  A key of another type counts as not
--- held rather than failing the whole batch.
+-- renewing) per lock; in a cluster, 2 for a lock this node cannot answer
+-- for (its slot moved, the cluster is down: ask again, with the key
+-- declared).  A key of another type counts as not held rather than
+-- failing the whole batch.
 local result = {}
 local keyed = #KEYS > 0
 local n = keyed and #KEYS or (#ARGV - 1) / 2
@@ -23,8 +24,10 @@ for i = 1, n do
 	if held == 1 then
 		redis.call('pexpire', key, ARGV[1])
 		result[i] = 1
-	elseif type(held) == 'table' and held.err ~= nil and
-		string.find(held.err, 'non local', 1, true) then
+	elseif not keyed and type(held) == 'table' and held.err ~= nil and
+		not string.find(held.err, 'WRONGTYPE', 1, true) then
+		-- not served here (its slot moved), or not now (the cluster is
+		-- down): neither lost nor kept; asked again, declared
 		result[i] = 2
 	else
 		result[i] = 0

@@ -9,7 +9,8 @@
 --
 -- For every lock its owner still holds, makes sure at least the margin of
 -- lease is left, extending it if not.  Returns one 1 (held) or 0 (not
--- held: lost) per lock, or 2 for a lock this node does not serve.
+-- held: lost) per lock; in a cluster, 2 for a lock this node cannot
+-- answer for.
 local result = {}
 local keyed = #KEYS > 0
 local n = keyed and #KEYS or (#ARGV - 1) / 2
@@ -23,8 +24,10 @@ for i = 1, n do
 			redis.call('pexpire', key, ARGV[1])
 		end
 		result[i] = 1
-	elseif type(held) == 'table' and held.err ~= nil and
-		string.find(held.err, 'non local', 1, true) then
+	elseif not keyed and type(held) == 'table' and held.err ~= nil and
+		not string.find(held.err, 'WRONGTYPE', 1, true) then
+		-- not served here (its slot moved), or not now (the cluster is
+		-- down): neither lost nor kept; asked again, declared
 		result[i] = 2
 	else
 		result[i] = 0

@@ -95,6 +95,22 @@ sub start_sentinel
 			? ('--sentinel-password', $opt{sentinel_password}) : ()));
 }
 
+# Start a driver whose clients use the Redis Cluster $cluster
+# (RlockTest::Cluster), as useClusterServers does; options as for start,
+# and sharded => 'off' for shardedSubscriptionMode OFF (3.29 and later).
+sub start_cluster
+{
+	my ($class, $cluster, %opt) = @_;
+	my $version = $opt{version} // $VERSIONS[0];
+	return $class->_spawn(
+		'java', '-cp', build($version), 'rlock.interop.Driver',
+		'--redis', join(',', map { 'redis://127.0.0.1:' . $_->port } $cluster->primaries),
+		'--cluster', 'yes',
+		'--codec', $opt{codec} // 'default',
+		'--watchdog', $opt{watchdog} // 30000,
+		(defined $opt{sharded} ? ('--sharded', $opt{sharded}) : ()));
+}
+
 # Install node-redisson (test/interop/node: the versions its lock file
 # pins) into test/out/interop/node, once per run, and return the driver.
 sub build_node

@@ -26,7 +26,11 @@
  * --jdbc url (for "stress").  With --sentinel name the clients find the
  * primary of that name through the Sentinels --redis lists, comma
  * separated, as useSentinelServers does; --password is the data nodes'
- * password and --sentinel-password the Sentinels'.
+ * password and --sentinel-password the Sentinels'.  With --cluster yes the
+ * clients use the Redis Cluster whose nodes --redis lists, comma
+ * separated, as useClusterServers does; --sharded off sets
+ * shardedSubscriptionMode OFF (Redisson 3.29 and later) for classic
+ * pub/sub.
  *
  * Copyright (c) 2026, rlock developers
  */
@@ -54,6 +58,7 @@ import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
+import org.redisson.config.ClusterServersConfig;
 import org.redisson.config.Config;
 
 public final class Driver
@@ -67,6 +72,8 @@ public final class Driver
 	private String sentinelMaster;
 	private String password;
 	private String sentinelPassword;
+	private boolean cluster;
+	private boolean shardedOff;
 
 	private final Map<String, RedissonClient> clients = new ConcurrentHashMap<>();
 	private final Map<String, ExecutorService> actors = new ConcurrentHashMap<>();
@@ -92,6 +99,8 @@ public final class Driver
 		String sentinel = null;
 		String password = null;
 		String sentinelPassword = null;
+		boolean cluster = false;
+		boolean shardedOff = false;
 
 		for (int i = 0; i + 1 < args.length; i += 2)
 		{
@@ -104,6 +113,8 @@ public final class Driver
 				case "--sentinel" -> sentinel = args[i + 1];
 				case "--password" -> password = args[i + 1];
 				case "--sentinel-password" -> sentinelPassword = args[i + 1];
+				case "--cluster" -> cluster = args[i + 1].equals("yes");
+				case "--sharded" -> shardedOff = args[i + 1].equals("off");
 				default -> throw new IllegalArgumentException("unknown option " + args[i]);
 			}
 		}
@@ -112,6 +123,8 @@ public final class Driver
 		d.sentinelMaster = sentinel;
 		d.password = password;
 		d.sentinelPassword = sentinelPassword;
+		d.cluster = cluster;
+		d.shardedOff = shardedOff;
 		d.run();
 	}
 
@@ -227,7 +240,16 @@ public final class Driver
 		return clients.computeIfAbsent(name, k -> {
 			Config config = new Config();
 
-			if (sentinelMaster == null)
+			if (cluster)
+			{
+				ClusterServersConfig c = config.useClusterServers()
+					.addNodeAddress(redisAddress.split(","))
+					.setPassword(password);
+
+				if (shardedOff)
+					shardedSubscriptionOff(c);
+			}
+			else if (sentinelMaster == null)
 				config.useSingleServer().setAddress(redisAddress)
 					.setPassword(password);
 			else
@@ -241,6 +263,25 @@ public final class Driver
 				config.setCodec(StringCodec.INSTANCE);
 			return Redisson.create(config);
 		});
+	}
+
+	/*
+	 * shardedSubscriptionMode OFF, by name: older Redisson versions have no
+	 * such setting, and fail here.
+	 */
+	private static void shardedSubscriptionOff(ClusterServersConfig c)
+	{
+		try
+		{
+			Class<?> mode = Class.forName("org.redisson.config.ShardedSubscriptionMode");
+			Object off = mode.getField("OFF").get(null);
+
+			c.getClass().getMethod("setShardedSubscriptionMode", mode).invoke(c, off);
+		}
+		catch (ReflectiveOperationException e)
+		{
+			throw new IllegalStateException("this Redisson has no shardedSubscriptionMode", e);
+		}
 	}
 
 	private RLock lock(String actor, String key)
