@@ -576,6 +576,17 @@ rlock_redis_sync_for(const char *key, int keylen)
 }
 
 /*
+ * Is the connection to be made (again) when down: used, or owing a fence?
+ */
+bool
+rlock_redis_conn_wanted(RlockConn *conn)
+{
+	const char *why;
+
+	return conn_wanted(conn, &why);
+}
+
+/*
  * A place for the worker's own state of a connection.
  */
 void	  **
@@ -1142,7 +1153,9 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 	cmd->wire = NULL;
 	cmd->redirects = 0;
 	cmd->asked = false;
-	if (conn->node != NULL && conn->state == RLOCK_CONN_READY)
+	cmd->unsent = false;
+	if (conn->node != NULL && conn->state == RLOCK_CONN_READY &&
+		!cmd->internal)
 	{
 		cmd->wire = MemoryContextAlloc(rlock_redis_context, len);
 		memcpy(cmd->wire, formatted, len);

@@ -94,6 +94,7 @@ handshake_send(RlockConn *conn, HandshakeStep step, RlockShape shape,
 	hc = MemoryContextAllocZero(handshake_cxt, sizeof(HandshakeCmd));
 	hc->cmd.done = handshake_reply;
 	hc->cmd.shape = shape;
+	hc->cmd.internal = true;
 	hc->step = step;
 	hc->script = script;
 	hc->counted = (conn->state == RLOCK_CONN_HANDSHAKE);

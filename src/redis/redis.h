@@ -131,6 +131,10 @@ struct RlockCmd
 	int			wirelen;
 	int			redirects;		/* MOVED and ASK followed so far */
 	bool		asked;			/* sent behind ASKING */
+	bool		unsent;			/* answered as lost, but known not to have
+								 * run (a cluster refused it as a whole) */
+	bool		internal;		/* the Redis layer's own (handshake, map):
+								 * never redirected */
 };
 
 /*
@@ -200,6 +204,7 @@ extern int	rlock_redis_sync_need(RlockConn *sync, int *ask);
 extern void rlock_redis_sync_acks(RlockConn *sync, int acks);
 extern bool rlock_redis_sync_fence_owed(RlockConn *sync);
 extern void **rlock_conn_worker_data(RlockConn *conn);
+extern bool rlock_redis_conn_wanted(RlockConn *conn);
 extern const char *rlock_redis_address(void);
 extern bool rlock_redis_failover_awaited(void);
 extern void rlock_redis_tick(TimestampTz now);

@@ -53,9 +53,12 @@
 
 #include "redis/redis_int.h"
 
-/* The map is asked for this often, and at most every RLOCK_REFRESH_MIN_MS */
+/* The map is asked for this often, and at most every RLOCK_REFRESH_MIN_MS;
+ * every RLOCK_REFRESH_DEGRADED_MS while slots have no primary (a failover
+ * under way: its promotion is to be found soon) */
 #define RLOCK_REFRESH_MS		5000
 #define RLOCK_REFRESH_MIN_MS	100
+#define RLOCK_REFRESH_DEGRADED_MS	250
 
 /* A command is redirected at most this often before it counts as lost */
 #define RLOCK_MAX_REDIRECTS		5
@@ -116,6 +119,7 @@ typedef struct RouterCmd
 /* The connection routes go to when no node serves the slot */
 static RlockServer nowhere_server;
 static RlockConn nowhere;
+static RlockConn *nowhere_group[RLOCK_NDATA] = {&nowhere, &nowhere, &nowhere};
 
 static RlockArgs *router_args = NULL;
 
@@ -347,6 +351,15 @@ router_apply(const RlockClusterMap *m)
 	}
 	map_known = true;
 	map_error[0] = '\0';
+	for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
+	{
+		if (owner[i] < 0)
+		{
+			refresh_due = TimestampTzPlusMilliseconds(refreshed_at,
+													  RLOCK_REFRESH_DEGRADED_MS);
+			break;
+		}
+	}
 	if (changed)
 	{
 		int			unserved = 0;
@@ -432,6 +445,7 @@ router_send_refresh(TimestampTz now)
 	rlock_args_cstr(router_args, "CLUSTER");
 	rlock_args_cstr(router_args, use_slots ? "SLOTS" : "SHARDS");
 	rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
+	rc->cmd.internal = true;
 	rc->cmd.done = router_refresh_reply;
 	rc->cmd.shape = RLOCK_SHAPE_ARRAY;
 	rc->shards = !use_slots;
@@ -512,6 +526,7 @@ router_send_shardnumsub(void)
 	rlock_args_cstr(router_args, "PUBSUB");
 	rlock_args_cstr(router_args, "SHARDNUMSUB");
 	rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
+	rc->cmd.internal = true;
 	rc->cmd.done = router_shardnumsub_reply;
 	rc->cmd.shape = RLOCK_SHAPE_ARRAY;
 	if (!rlock_conn_send(topo, &rc->cmd, router_args))
@@ -633,6 +648,7 @@ router_defer(RlockConn *conn, RlockCmd *cmd, const char *note)
 	d->cmd = cmd;
 	d->due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										 RLOCK_DEFER_MS);
+	cmd->unsent = true;			/* no node ran it */
 	deferred = lappend(deferred, d);
 	MemoryContextSwitchTo(old);
 	if (note != NULL && conn->node != NULL)
@@ -666,6 +682,7 @@ router_resend(RlockConn *target, RlockCmd *cmd, bool asking)
 		rlock_args_reset(router_args);
 		rlock_args_cstr(router_args, "ASKING");
 		rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
+		rc->cmd.internal = true;
 		rc->cmd.done = router_asking_reply;
 		rc->cmd.shape = RLOCK_SHAPE_OK;
 		if (!rlock_conn_send(target, &rc->cmd, router_args))
@@ -705,7 +722,9 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	int			port;
 	RlockNode  *target;
 
-	if (!router_active() || conn->node == NULL)
+	/* only the worker's commands, kept as sent, are taken over */
+	if (!router_active() || conn->node == NULL || cmd->internal ||
+		cmd->wire == NULL)
 		return false;
 	if (router_error_is(reply, "TRYAGAIN") ||
 		router_error_is(reply, "CLUSTERDOWN"))
@@ -791,6 +810,8 @@ rlock_router_configure(void)
 		strlcpy(nowhere_server.address, "(no primary)",
 				sizeof(nowhere_server.address));
 		nowhere.server = &nowhere_server;
+		nowhere.group = nowhere_group;
+		nowhere.replicas = -1;
 		nowhere.role = "command";
 		nowhere.state = RLOCK_CONN_DOWN;
 		nowhere.sock = PGINVALID_SOCKET;

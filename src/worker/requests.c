@@ -122,10 +122,11 @@ static dlist_head pending = DLIST_STATIC_INIT(pending);
  * primary has its sync connection, and each connection its batches
  * (SyncConn).
  *
- * sync_lost: per hold entry, whether an acquisition on the sync
- * connection went unanswered (the entry is restated only once that
- * connection was made again, and so the old one closed on the server:
- * see handshake_fence).
+ * sync_lost_on: per hold entry, the sync connection on which an
+ * acquisition went unanswered, or NULL (the entry is restated only once
+ * that connection was made again, and so the old one closed on the
+ * server: see handshake_fence; or, in a Redis Cluster, once that node is
+ * no primary any more).
  */
 typedef struct SyncConn
 {
@@ -139,7 +140,7 @@ typedef struct SyncConn
 static uint64 sync_next_tag = 0;
 static List *sync_batched = NIL;	/* connections with a batch to end */
 static List *sync_granted = NIL;
-static bool *sync_lost;
+static RlockConn **sync_lost_on;
 
 static void worker_mark_busy(WorkerReq *req);
 static bool worker_sync_conn_missing(RlockConn *sync);
@@ -194,8 +195,8 @@ worker_requests_init(int nslots)
 	for (i = 0; i < nslots; i++)
 		reqs[i].hold = -1;
 	timers = pairingheap_allocate(worker_timer_cmp, NULL);
-	sync_lost = MemoryContextAllocZero(rlock_worker_context,
-									   sizeof(bool) * rlock_shared->nholds);
+	sync_lost_on = MemoryContextAllocZero(rlock_worker_context,
+										  sizeof(RlockConn *) * rlock_shared->nholds);
 }
 
 /*---- request bookkeeping ----*/
@@ -270,8 +271,24 @@ worker_req_conn(WorkerReq *req)
 }
 
 /*
+ * Does a VERIFY check this entry: its owner's, holding something?
+ */
+static bool
+worker_verify_checks(WorkerReq *req, int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	bool		checks;
+
+	SpinLockAcquire(&h->mutex);
+	checks = h->in_use && h->owner_id == req->owner_id &&
+		h->count - h->to_release > 0;
+	SpinLockRelease(&h->mutex);
+	return checks;
+}
+
+/*
  * Can the request be sent now: is its connection ready?  A VERIFY needs
- * the connections of all its owner's entries.
+ * the connections of the entries it checks.
  */
 static bool
 worker_req_ready(WorkerReq *req)
@@ -285,7 +302,8 @@ worker_req_ready(WorkerReq *req)
 	n = rlock_owners_holds(req->owner_id, &holds);
 	for (i = 0; i < n; i++)
 	{
-		if (!rlock_conn_ready(rlock_hold_conn(holds[i])))
+		if (worker_verify_checks(req, holds[i]) &&
+			!rlock_conn_ready(rlock_hold_conn(holds[i])))
 			return false;
 	}
 	return rlock_conn_ready(rlock_redis_command_conn());
@@ -307,7 +325,8 @@ worker_req_missing_conn(WorkerReq *req)
 		n = rlock_owners_holds(req->owner_id, &holds);
 		for (i = 0; i < n; i++)
 		{
-			if (!rlock_conn_ready(rlock_hold_conn(holds[i])))
+			if (worker_verify_checks(req, holds[i]) &&
+				!rlock_conn_ready(rlock_hold_conn(holds[i])))
 				return rlock_hold_conn(holds[i]);
 		}
 	}
@@ -570,17 +589,26 @@ worker_sync_conn_missing(RlockConn *sync)
 bool
 worker_sync_may_resync(int index)
 {
-	RlockConn  *sync;
+	RlockConn  *sync = sync_lost_on[index];
 
-	if (!sync_lost[index])
+	if (sync == NULL)
 		return true;
-	sync = worker_hold_sync_conn(index);
+	if (rlock_redis_cluster())
+	{
+		/*
+		 * Made again (for the fence, even when unused), or not to be made
+		 * again: a node that no longer serves slots runs no write of ours
+		 * (dead, or a replica refusing it).
+		 */
+		if (!rlock_conn_ready(sync) && rlock_redis_conn_wanted(sync))
+			return false;
+	}
 	/* a new sync connection is made for the fence even when unused */
-	if (!rlock_conn_ready(sync) &&
-		(rlock_sync_replicas != RLOCK_SYNC_OFF ||
-		 rlock_redis_sync_fence_owed(sync)))
+	else if (!rlock_conn_ready(sync) &&
+			 (rlock_sync_replicas != RLOCK_SYNC_OFF ||
+			  rlock_redis_sync_fence_owed(sync)))
 		return false;
-	sync_lost[index] = false;
+	sync_lost_on[index] = NULL;
 	return true;
 }
 
@@ -596,8 +624,8 @@ worker_sync_conn_ready(RlockConn *sync)
 	/* its handshake closed the lost one on the server: the fence is up */
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
-		if (sync_lost[i] && worker_hold_sync_conn(i) == sync)
-			sync_lost[i] = false;
+		if (sync_lost_on[i] == sync)
+			sync_lost_on[i] = NULL;
 	}
 	worker_requeue_all_holds();
 }
@@ -1137,7 +1165,18 @@ worker_send_pending(void)
 			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER ||
 			 req->op == RLOCK_OP_VERIFY) &&
 			worker_owner_busy(req, true))
+		{
+			/*
+			 * In a Redis Cluster an acquire also waits for its entry's
+			 * releases to be answered: bounded, should one never be.
+			 */
+			if (req->timer_at == 0 && rlock_redis_cluster())
+				worker_timer_set(req,
+								 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 (int64) rlock_command_timeout +
+															 rlock_connect_timeout));
 			continue;
+		}
 		dlist_delete(&req->pending_node);
 		/* a resend has the rest of the request's deadline, if any */
 		worker_timer_set(req, worker_unanswered_deadline(req));
@@ -1371,8 +1410,9 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	SpinLockRelease(&h->mutex);
 	if (newly_lost)
 		rlock_count(RLOCK_STAT_LOST, 1);
-	if (reply == NULL && wc->sync_tag != 0)
-		sync_lost[wc->hold] = true;
+	/* one that never ran (a cluster did not take it) needs no fence */
+	if (reply == NULL && wc->sync_tag != 0 && !wc->cmd.unsent)
+		sync_lost_on[wc->hold] = conn;
 	if (syncing)
 	{
 		MemoryContext old = MemoryContextSwitchTo(rlock_worker_context);

@@ -531,6 +531,10 @@ waiters_answer(RlockConn *conn, WorkerCmd *wc, WaitGroup *g,
 			g->refused_at = GetCurrentTimestamp();
 			waiters_set_state(g, SUB_NONE);
 		}
+		/* a refused unsubscription: the group goes all the same */
+		else if (wc->type == WORKER_CMD_UNSUBSCRIBE && wc->seq == g->sent &&
+				 g->state == SUB_UNSUBSCRIBING && g->nwaiters == 0)
+			waiters_set_state(g, SUB_NONE);
 		return;
 	}
 	channel = reply->element[1];

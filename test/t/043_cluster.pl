@@ -6,7 +6,10 @@
 #   primary of its slot; fencing tokens counted there too;
 # - names whose channel lands in another slot refused, only in a cluster;
 # - a waiter woken by the holder's release, with sharded pub/sub
-#   (SSUBSCRIBE on the channel's primary) and with classic pub/sub;
+#   (SSUBSCRIBE on the channel's primary) and with classic pub/sub, also
+#   when the lock's slot moved to another primary meanwhile (Redis drops
+#   the shard channel: subscribed again on the new owner);
+# - scripts flushed on a primary: loaded there again (NOSCRIPT);
 # - the watchdog renewing locks of every primary, one script call per
 #   primary;
 # - a slot migrated step by step while pgbench on two instances guards a
@@ -23,15 +26,13 @@ use Time::HiRes qw(time);
 use RlockTest;
 use RlockTest::Cluster;
 
-plan skip_all => 'the cluster runs in plain TCP: the plain round runs this'
-  if RlockTest::TLS::everywhere();
-
 # A long node timeout: a primary frozen for a few seconds is not failed
 # over, so that the test sees it unreachable with the rest up
 my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 1,
 	node_timeout_ms => 20000);
 my @primaries = $cluster->primaries;
-my $seeds = join(',', map { '127.0.0.1:' . $_->port } @primaries[ 0, 1 ]);
+# in the TLS round the cluster and rlock speak TLS (RlockTest::Cluster)
+my $seeds = join(',', map { '127.0.0.1:' . $_->rlock_port } @primaries[ 0, 1 ]);
 
 sub cluster_node
 {
@@ -196,6 +197,63 @@ wake_test('classic', $by_port{ $primaries[2]->port }[1]);
 $na->append_conf('postgresql.conf', "rlock.cluster_pubsub = 'auto'");
 $na->reload;
 
+#---- a waiter across a slot migration, sharded and classic ----
+
+# The holder takes $key with a long lease, a waiter waits on it, the
+# slot moves to another primary, and the holder commits: the waiter must
+# get the lock well before the lease would have ended.
+sub waiter_across_migration
+{
+	my ($mode, $key) = @_;
+	my $slot = $cluster->slot($key);
+	my $from = $cluster->owner($slot);
+	my ($to) = grep { $_->port != $from->port } @primaries;
+	my $channel = "redisson_lock__channel:{$key}";
+	my $subs = sub {
+		my ($node) = @_;
+		my $r = $node->cmd('PUBSUB', $mode eq 'sharded' ? 'SHARDNUMSUB' : 'NUMSUB',
+			$channel);
+		return ref $r eq 'ARRAY' ? $r->[1] : -1;
+	};
+	my $holder = $na->background_psql('postgres');
+	$holder->query_safe("BEGIN; SELECT rlock_try('$key', '0', '60s')");
+	my $waiter = $na->background_psql('postgres', on_error_stop => 0);
+	RlockTest::send_query($waiter, "SELECT rlock_try('$key', '30s') AS got;");
+	ok(RlockTest::wait_until(sub { $subs->($from) == 1 }, 10),
+		"$mode: the waiter is subscribed on the slot's primary");
+	$cluster->migrate_slot($slot, $to);
+	if ($mode eq 'sharded')
+	{
+		ok(RlockTest::wait_until(sub { $subs->($to) == 1 }, 15),
+			'sharded: Redis dropped the shard channel, rlock subscribed it on the new primary');
+	}
+	is($to->cmd('EXISTS', $key), 1, "$mode: the held lock moved with its slot");
+	$holder->query_safe('COMMIT');
+	my ($got) = RlockTest::collect($waiter);
+	is($got, 't', "$mode: the release on the new primary wakes the waiter (60 s of lease were left)");
+	$waiter->quit;
+	$holder->quit;
+}
+
+waiter_across_migration('sharded', $by_port{ $primaries[0]->port }[4]);
+$na->safe_psql('postgres',
+	"ALTER SYSTEM SET rlock.cluster_pubsub = 'classic'; SELECT pg_reload_conf()");
+ok(RlockTest::wait_until(sub { status($na, 'cluster_pubsub') eq 'classic' }, 10),
+	'classic again');
+waiter_across_migration('classic', $by_port{ $primaries[1]->port }[4]);
+$na->safe_psql('postgres',
+	"ALTER SYSTEM RESET rlock.cluster_pubsub; SELECT pg_reload_conf()");
+ok(RlockTest::wait_until(sub { status($na, 'cluster_pubsub') eq 'sharded' }, 10),
+	'auto again');
+
+#---- scripts lost on a primary ----
+
+my $flushed = $primaries[2];
+is($flushed->cmd('SCRIPT', 'FLUSH'), 'OK', 'the scripts flushed on one primary');
+my $fk = $by_port{ $flushed->port }[0];
+is($na->safe_psql('postgres', "BEGIN; SELECT rlock_try('$fk'); COMMIT"), 't',
+	'a lock on that primary is taken: NOSCRIPT made rlock load them there again');
+
 #---- the watchdog, one call per primary ----
 
 my $renewer = $na->background_psql('postgres');
@@ -257,6 +315,16 @@ $frozen->thaw;
 ok( RlockTest::wait_until(
 		sub { $na->safe_psql('postgres', "SELECT rlock_try('$cold')") eq 't' }, 20),
 	'the key of the thawed primary is taken again');
+
+# never a script over keys of two slots, nor a redirection loop that
+# ended in an error
+my $crossslot = 0;
+for my $p (@primaries)
+{
+	my $errors = $p->cmd('INFO', 'errorstats');
+	$crossslot++ if !ref $errors && $errors =~ /errorstat_CROSSSLOT/;
+}
+is($crossslot, 0, 'no primary ever answered CROSSSLOT');
 
 is($na->safe_psql('postgres', 'SELECT pg_backend_pid() > 0'), 't', 'the instance is up');
 unlike(slurp_file($na->logfile), qr/TRAP|terminated by signal/, 'no crash in the log');

@@ -20,9 +20,6 @@ use Time::HiRes qw(time usleep);
 use RlockTest;
 use RlockTest::Cluster;
 
-plan skip_all => 'the cluster runs in plain TCP: the plain round runs this'
-  if RlockTest::TLS::everywhere();
-
 # From the promotion to the first lock granted there: the primary's
 # connection lost or refused (READONLY), the map asked again (at most
 # every 100 ms once asked for), a connection and its handshake.
@@ -31,7 +28,8 @@ my $FOLLOW_BOUND = 3;
 my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 2,
 	node_timeout_ms => 2000);
 my @primaries = $cluster->primaries;
-my $seeds = join(',', map { '127.0.0.1:' . $_->port } @primaries);
+# in the TLS round the cluster and rlock speak TLS (RlockTest::Cluster)
+my $seeds = join(',', map { '127.0.0.1:' . $_->rlock_port } @primaries);
 
 sub instance
 {

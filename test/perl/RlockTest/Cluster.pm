@@ -31,9 +31,14 @@ use File::Temp ();
 use IO::Socket::INET;
 use IPC::Run ();
 use RlockTest::Redis;
+use RlockTest::TLS;
 
 # Start the cluster; options: primaries (3), replicas per primary (1),
-# node_timeout_ms (2000), dir (for the servers' files).  Returns once
+# node_timeout_ms (2000), dir (for the servers' files), tls (default: when
+# the whole suite runs over TLS): every node also listens for TLS, and the
+# cluster speaks TLS among itself and to its clients (tls-cluster,
+# tls-replication), so that the map and the redirections name TLS ports;
+# the plain ports stay open for the tests' own client.  Returns once
 # every node says the cluster is ok and knows every other node, and every
 # replica is in sync.
 sub start
@@ -42,7 +47,9 @@ sub start
 	my $self = bless {
 		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
 		nodes => [],
+		tls => $opt{tls} // RlockTest::TLS::everywhere(),
 	}, $class;
+	my $certs = $self->{tls} ? RlockTest::TLS::certs() : undef;
 	my $n = ($opt{primaries} // 3) * (1 + ($opt{replicas} // 1));
 	for my $i (1 .. $n)
 	{
@@ -51,8 +58,12 @@ sub start
 		push @{ $self->{nodes} }, RlockTest::Redis->start(
 			port => $self->free_port_pair,
 			dir => $dir,
-			tls => 0,
+			tls => $self->{tls} ? 1 : 0,
+			($self->{tls}
+				? (tls_port => $self->free_port_pair) : ()),
 			args => [
+				($self->{tls}
+					? ('--tls-cluster', 'yes', '--tls-replication', 'yes') : ()),
 				'--cluster-enabled', 'yes',
 				'--cluster-config-file', "$dir/nodes.conf",
 				'--cluster-node-timeout', $opt{node_timeout_ms} // 2000,
@@ -60,8 +71,10 @@ sub start
 	}
 	my $log = '';
 	IPC::Run::run(
-		[ 'redis-cli', '--cluster', 'create',
-		  (map { '127.0.0.1:' . $_->port } @{ $self->{nodes} }),
+		[ 'redis-cli',
+		  ($self->{tls} ? ('--tls', '--cacert', $certs->{ca}) : ()),
+		  '--cluster', 'create',
+		  (map { '127.0.0.1:' . $self->cport($_) } @{ $self->{nodes} }),
 		  '--cluster-replicas', $opt{replicas} // 1, '--cluster-yes' ],
 		'<', \undef, '>&', \$log)
 	  or die "redis-cli --cluster create failed:\n$log";
@@ -104,10 +117,20 @@ sub free_port_pair
 # All data nodes (RlockTest::Redis).
 sub nodes { @{ $_[0]{nodes} } }
 
+# The port nodes of the cluster reach a node by (MIGRATE, the bus): the
+# TLS one in a TLS cluster.  The tests' own plain client is told plain
+# ports (CLUSTER NODES, redirections), rlock over TLS the TLS ones.
+sub cport
+{
+	my ($self, $node) = @_;
+	return $self->{tls} ? $node->tls_port : $node->port;
+}
+
 sub _node_by_port
 {
 	my ($self, $port) = @_;
-	my ($node) = grep { $_->port == $port } @{ $self->{nodes} };
+	my ($node) = grep { $_->port == $port || ($_->tls_port // 0) == $port }
+	  @{ $self->{nodes} };
 	return $node;
 }
 
@@ -227,7 +250,7 @@ sub migrate_begin
 	my ($self, $slot, $to) = @_;
 	my $from = $self->owner($slot);
 	die "slot $slot has no owner" unless $from;
-	die "slot $slot is already on port " . $to->port if $from == $to;
+	die "slot $slot is already on port " . $self->cport($to) if $from == $to;
 	my $r = $to->cmd('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $self->id_of($from));
 	die "SETSLOT IMPORTING: $r->{error}" if ref $r eq 'HASH';
 	$r = $from->cmd('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $self->id_of($to));
@@ -246,7 +269,7 @@ sub migrate_keys
 		my $keys = $from->cmd('CLUSTER', 'GETKEYSINSLOT', $slot,
 			$left < 100 ? $left : 100);
 		last unless ref $keys eq 'ARRAY' && @$keys;
-		my $r = $from->cmd('MIGRATE', '127.0.0.1', $to->port, '', 0, 5000,
+		my $r = $from->cmd('MIGRATE', '127.0.0.1', $self->cport($to), '', 0, 5000,
 			'KEYS', @$keys);
 		die "MIGRATE: $r->{error}" if ref $r eq 'HASH';
 		$left -= @$keys;
@@ -343,7 +366,7 @@ sub _wait_promoted
 			return 1;
 		},
 		$timeout // 30)
-	  or die 'the cluster did not promote port ' . $node->port;
+	  or die 'the cluster did not promote port ' . $self->cport($node);
 }
 
 sub stop

@@ -22,7 +22,8 @@ use RlockTest::TLS;
 # of extra command line arguments), password (what the tests' own
 # connection authenticates with), tls (also listen for TLS on a port of
 # its own, with the certificates of RlockTest::TLS: 1, or a hash with
-# auth_clients => 'no' (the default), 'yes' or 'optional').  When the
+# auth_clients => 'no' (the default), 'yes' or 'optional'; tls_port: that
+# port rather than a free one).  When the
 # whole suite runs over TLS (RlockTest::TLS::everywhere), every server
 # listens for TLS.  The plain port stays open for the tests' own client.
 sub start
@@ -39,7 +40,7 @@ sub start
 	{
 		my $certs = RlockTest::TLS::certs();
 		$self->{certs} = $certs;
-		$self->{tls_port} = RlockTest::free_port();
+		$self->{tls_port} = $opt{tls_port} // RlockTest::free_port();
 		push @{ $self->{args} },
 		  '--tls-port', $self->{tls_port},
 		  '--tls-cert-file', $certs->{server_crt},
