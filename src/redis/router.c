@@ -123,6 +123,34 @@ static RlockConn *nowhere_group[RLOCK_NDATA] = {&nowhere, &nowhere, &nowhere};
 
 static RlockArgs *router_args = NULL;
 
+/*
+ * Queue one of our own commands of two words ("second" may be NULL) on
+ * "conn".  Returns it, or NULL if the connection could not take it.
+ */
+static RouterCmd *
+router_send_own(RlockConn *conn, RlockReplyFn done, RlockShape shape,
+				const char *first, const char *second)
+{
+	RouterCmd  *rc;
+
+	if (router_args == NULL)
+		router_args = rlock_args_create(rlock_redis_context);
+	rlock_args_reset(router_args);
+	rlock_args_cstr(router_args, first);
+	if (second != NULL)
+		rlock_args_cstr(router_args, second);
+	rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
+	rc->cmd.internal = true;
+	rc->cmd.done = done;
+	rc->cmd.shape = shape;
+	if (!rlock_conn_send(conn, &rc->cmd, router_args))
+	{
+		pfree(rc);
+		return NULL;
+	}
+	return rc;
+}
+
 static void router_send_refresh(TimestampTz now);
 
 /*---- nodes ----*/
@@ -437,23 +465,13 @@ router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 static void
 router_send_refresh(TimestampTz now)
 {
-	RouterCmd  *rc;
+	RouterCmd  *rc = router_send_own(topo, router_refresh_reply,
+									 RLOCK_SHAPE_ARRAY, "CLUSTER",
+									 use_slots ? "SLOTS" : "SHARDS");
 
-	if (router_args == NULL)
-		router_args = rlock_args_create(rlock_redis_context);
-	rlock_args_reset(router_args);
-	rlock_args_cstr(router_args, "CLUSTER");
-	rlock_args_cstr(router_args, use_slots ? "SLOTS" : "SHARDS");
-	rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
-	rc->cmd.internal = true;
-	rc->cmd.done = router_refresh_reply;
-	rc->cmd.shape = RLOCK_SHAPE_ARRAY;
-	rc->shards = !use_slots;
-	if (!rlock_conn_send(topo, &rc->cmd, router_args))
-	{
-		pfree(rc);
+	if (rc == NULL)
 		return;
-	}
+	rc->shards = !use_slots;
 	refresh_inflight = true;
 	refreshed_at = now;
 	refresh_due = TimestampTzPlusMilliseconds(now, RLOCK_REFRESH_MS);
@@ -518,19 +536,8 @@ router_shardnumsub_reply(RlockConn *conn, RlockCmd *cmd,
 static void
 router_send_shardnumsub(void)
 {
-	RouterCmd  *rc;
-
-	if (router_args == NULL)
-		router_args = rlock_args_create(rlock_redis_context);
-	rlock_args_reset(router_args);
-	rlock_args_cstr(router_args, "PUBSUB");
-	rlock_args_cstr(router_args, "SHARDNUMSUB");
-	rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
-	rc->cmd.internal = true;
-	rc->cmd.done = router_shardnumsub_reply;
-	rc->cmd.shape = RLOCK_SHAPE_ARRAY;
-	if (!rlock_conn_send(topo, &rc->cmd, router_args))
-		pfree(rc);
+	(void) router_send_own(topo, router_shardnumsub_reply, RLOCK_SHAPE_ARRAY,
+						   "PUBSUB", "SHARDNUMSUB");
 }
 
 /*
@@ -673,24 +680,10 @@ router_resend(RlockConn *target, RlockCmd *cmd, bool asking)
 {
 	if (!rlock_conn_ready(target) || cmd->wire == NULL)
 		return false;
-	if (asking)
-	{
-		RouterCmd  *rc;
-
-		if (router_args == NULL)
-			router_args = rlock_args_create(rlock_redis_context);
-		rlock_args_reset(router_args);
-		rlock_args_cstr(router_args, "ASKING");
-		rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
-		rc->cmd.internal = true;
-		rc->cmd.done = router_asking_reply;
-		rc->cmd.shape = RLOCK_SHAPE_OK;
-		if (!rlock_conn_send(target, &rc->cmd, router_args))
-		{
-			pfree(rc);
-			return false;
-		}
-	}
+	if (asking &&
+		router_send_own(target, router_asking_reply, RLOCK_SHAPE_OK,
+						"ASKING", NULL) == NULL)
+		return false;
 	cmd->asked = asking;
 	cmd->redirects++;
 	return rlock_conn_resend(target, cmd);

@@ -59,6 +59,35 @@ sub node
 	return $node;
 }
 
+# Wait (10 s at most) until one request of $node waits for lock $key, as
+# rlock_locks shows; returns whether it did.
+sub waiting_in_sql
+{
+	my ($node, $key) = @_;
+	return wait_until(
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT count(*) FROM rlock_locks WHERE key = '$key' AND state = 'waiting'")
+			  == 1;
+		},
+		10);
+}
+
+# Wait (20 s at most) until $node, with rlock.topology = cluster, knows a
+# slot map of $primaries primaries and is connected to them; returns
+# whether it did.
+sub wait_for_cluster_map
+{
+	my ($node, $primaries) = @_;
+	return wait_until(
+		sub {
+			$node->safe_psql('postgres',
+				'SELECT cluster_primaries, command_connection, subscriber_connection FROM rlock_status()')
+			  eq "$primaries|ready|ready";
+		},
+		20);
+}
+
 # Poll $check->() until it returns true, for at most $seconds; returns
 # whether it did.
 sub wait_until

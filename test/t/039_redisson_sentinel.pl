@@ -37,16 +37,6 @@ ok(RlockTest::wait_for_redis($node, 15), 'rlock finds the primary');
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
-sub waiting_in_sql
-{
-	my ($key) = @_;
-	return RlockTest::wait_until(
-		sub {
-			sql("SELECT count(*) FROM rlock_locks WHERE key = '$key' AND state = 'waiting'")
-			  == 1;
-		},
-		10);
-}
 
 # Both directions on lock $key: exclusion, and a waiter on each side
 # woken by the other side's release.  $when names the moment.
@@ -60,7 +50,7 @@ sub both_ways
 	is(sql("BEGIN; SELECT rlock_try('$key'); COMMIT"), 'f',
 		"$v $when: rlock_try is refused");
 	RlockTest::send_query($s, "BEGIN; SELECT rlock_try('$key', '30s');");
-	ok(waiting_in_sql($key), "$v $when: a transaction waits");
+	ok(RlockTest::waiting_in_sql($node, $key), "$v $when: a transaction waits");
 	$java->call('a.1', 'unlock', $key);
 	my ($out, $err) = RlockTest::collect($s);
 	is($out, 't', "$v $when: unlock() wakes the transaction, which gets it")
@@ -97,7 +87,7 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	my $s = $node->background_psql('postgres', on_error_stop => 0);
 	$java->call('a.1', 'lock', "rs:j:$version");
 	RlockTest::send_query($s, "BEGIN; SELECT rlock_try('rs:j:$version', '60s');");
-	ok(waiting_in_sql("rs:j:$version"), "$v a transaction waits on Redisson's lock");
+	ok(RlockTest::waiting_in_sql($node, "rs:j:$version"), "$v a transaction waits on Redisson's lock");
 	my $t = $node->background_psql('postgres', on_error_stop => 0);
 	$t->query_safe("BEGIN; SELECT rlock_lock('rs:s:$version')");
 	my $jid = $java->send('b.1', 'trylock', "rs:s:$version", 60000);

@@ -80,12 +80,7 @@ my %node_of_port = map { $_->port => $_ } $cluster->nodes;
 #---- the map ----
 
 my $na = cluster_node('a');
-ok( RlockTest::wait_until(
-		sub {
-			status($na, "cluster_primaries, command_connection, subscriber_connection")
-			  eq '3|ready|ready';
-		},
-		20),
+ok(RlockTest::wait_for_cluster_map($na, 3),
 	'the map names three primaries, and every connection is ready');
 is(status($na, 'topology, redis_address'), 'cluster|Redis Cluster (3 primaries)',
 	'rlock_status shows the topology');
@@ -271,8 +266,7 @@ $renewer->quit;
 #---- a slot migrated under load from two instances ----
 
 my $c = cluster_node('c');
-ok(RlockTest::wait_until(sub { status($c, 'cluster_primaries') eq '3' }, 20),
-	'the second instance found the map');
+ok(RlockTest::wait_for_cluster_map($c, 3), 'the second instance found the map');
 my $hot = $by_port{ $primaries[0]->port }[2];
 my $slot = $cluster->slot($hot);
 my ($moved0, $ask0) = map { stat_of($na, $_) + stat_of($c, $_) } qw(cluster_moved cluster_ask);

@@ -44,17 +44,8 @@ sub instance
 
 my $na = instance('cf_a');
 my $nb = instance('cf_b');
-for my $node ($na, $nb)
-{
-	ok( RlockTest::wait_until(
-			sub {
-				$node->safe_psql('postgres',
-					'SELECT cluster_primaries, command_connection FROM rlock_status()')
-				  eq '3|ready';
-			},
-			20),
-		$node->name . ' learnt the map');
-}
+ok(RlockTest::wait_for_cluster_map($_, 3), $_->name . ' learnt the map')
+  for ($na, $nb);
 
 # Keys of the first primary
 my @keys = grep { $cluster->owner($cluster->slot($_))->port == $primaries[0]->port }

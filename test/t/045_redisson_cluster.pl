@@ -24,14 +24,7 @@ my $node = RlockTest::node('rc', $primaries[0],
 	conf => [
 		"rlock.topology = 'cluster'",
 		"rlock.nodes = '" . join(',', map { '127.0.0.1:' . $_->port } @primaries) . "'" ]);
-ok( RlockTest::wait_until(
-		sub {
-			$node->safe_psql('postgres',
-				'SELECT cluster_primaries, command_connection FROM rlock_status()')
-			  eq '3|ready';
-		},
-		20),
-	'rlock learnt the map');
+ok(RlockTest::wait_for_cluster_map($node, 3), 'rlock learnt the map');
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
@@ -59,16 +52,6 @@ sub subscribers
 	return ref $r eq 'ARRAY' ? $r->[1] : 0;
 }
 
-sub waiting_in_sql
-{
-	my ($key) = @_;
-	return RlockTest::wait_until(
-		sub {
-			sql("SELECT count(*) FROM rlock_locks WHERE key = '$key' AND state = 'waiting'")
-			  == 1;
-		},
-		10);
-}
 
 sub both_ways
 {
@@ -79,7 +62,7 @@ sub both_ways
 	is($java->call('a.1', 'trylock', $key, 0), 'true', "$v: Redisson takes $key");
 	is(sql("BEGIN; SELECT rlock_try('$key'); COMMIT"), 'f', "$v: rlock_try is refused");
 	RlockTest::send_query($s, "BEGIN; SELECT rlock_try('$key', '30s');");
-	ok(waiting_in_sql($key), "$v: a transaction waits");
+	ok(RlockTest::waiting_in_sql($node, $key), "$v: a transaction waits");
 	ok(RlockTest::wait_until(sub { subscribers($key, $mode) >= 1 }, 10),
 		"$v: rlock subscribed ($mode) on the channel's primary");
 	$java->call('a.1', 'unlock', $key);
