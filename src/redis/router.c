@@ -419,11 +419,13 @@ router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	}
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
-		/* Redis 6 knows CLUSTER SLOTS only */
-		if (rc->shards && strncmp(reply->str, "ERR", 3) == 0 &&
-			strstr(reply->str, "CLUSTER") == NULL &&
-			(strstr(reply->str, "nknown") != NULL ||
-			 strstr(reply->str, "subcommand") != NULL))
+		/*
+		 * Redis 6 knows CLUSTER SLOTS only: "ERR Unknown subcommand or
+		 * wrong number of arguments for 'SHARDS'. Try CLUSTER HELP." (7.0
+		 * words it "ERR unknown subcommand 'shards'. ...")
+		 */
+		if (rc->shards && strncmp(reply->str, "ERR ", 4) == 0 &&
+			strstr(reply->str, "nknown subcommand") != NULL)
 		{
 			use_slots = true;
 			rlock_router_refresh_soon();
