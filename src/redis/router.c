@@ -764,11 +764,10 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 
 	/*
 	 * A second ASK for the same command: the migration moves on; later.
-	 * A sync connection's command is not sent elsewhere: the WAIT behind
-	 * it on this connection would not cover it.
+	 * A sync connection's command goes to the target's sync connection:
+	 * its sender sees it answered there, and waits for replicas there.
 	 */
 	if (cmd->redirects >= RLOCK_MAX_REDIRECTS || (ask && cmd->asked) ||
-		conn->use == RLOCK_USE_SYNC ||
 		!router_resend(target->conn[conn->use], cmd, ask))
 		router_defer(conn, cmd, reply->str);
 	return true;

@@ -130,6 +130,36 @@ worker_note_release(const char *key, int keylen)
 }
 
 /*
+ * A release redirected in a Redis Cluster (ASK: its slot is migrating)
+ * freed the lock on the importing node, and its sharded unlock message
+ * went to that node's subscribers only, while the waiters, Redisson's
+ * and ours, are subscribed on the node that still owns the slot, which
+ * delivers SPUBLISH until the migration ends: publish "0" there too.  A
+ * second message costs a waiter a try at most.
+ */
+void
+worker_publish_unlock(RlockConn *conn, const char *key, int keylen)
+{
+	WorkerCmd  *wc;
+	RlockArgs  *args;
+	char	   *channel;
+
+	if (!rlock_redis_cluster() ||
+		!(rlock_redis_pubsub() & RLOCK_PUBSUB_SHARDED) ||
+		!rlock_conn_ready(conn))
+		return;
+	channel = palloc(RLOCK_CHANNEL_MAXLEN(keylen));
+	args = worker_args();
+	rlock_args_cstr(args, "SPUBLISH");
+	rlock_args_add(args, channel, rlock_channel_name(channel, key, keylen));
+	rlock_args_cstr(args, "0");
+	pfree(channel);
+	wc = worker_cmd_new(WORKER_CMD_PUBLISH);
+	wc->cmd.shape = RLOCK_SHAPE_INTEGER;
+	(void) worker_cmd_send(conn, wc, args);
+}
+
+/*
  * Send the release that leaves "target" holds of the entry in Redis.  A
  * full release hands the lock to a local waiter right behind it.
  */
@@ -315,6 +345,10 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	if (wc->handoff == RLOCK_HANDED_OFF_ECHO &&
 		released != RLOCK_RELEASED_FREED)
 		rlock_waiters_echo_cancel(h->key, h->keylen);
+
+	/* freed on a slot's importing node: its waiters are on the other */
+	if (released == RLOCK_RELEASED_FREED && conn != wc->sent_on)
+		worker_publish_unlock(wc->sent_on, h->key, h->keylen);
 
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */

@@ -1420,15 +1420,50 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 
 		*g = *wc;
 		g->sync_value = result.value;
-		if (wc->sync_tag != worker_sync_state(conn)->unwaited)
-			sync_granted = lappend(sync_granted, g);
 		MemoryContextSwitchTo(old);
+		if (conn != wc->sent_on)
+		{
+			/*
+			 * Redirected (a Redis Cluster's MOVED or ASK): it ran on
+			 * another primary, which the batch's WAIT does not ask.  It
+			 * joins a batch of that connection, with a WAIT there.
+			 */
+			int			ask;
+			int			need = rlock_redis_sync_need(conn, &ask);
+			SyncConn   *sc = worker_sync_state(conn);
+
+			if (need == 0)
+			{
+				/* no replica there to wait for, as for any grant there */
+				g->sync_need = 0;
+				worker_sync_settle(g, 0, NULL);
+				pfree(g);
+				return;
+			}
+			old = MemoryContextSwitchTo(rlock_worker_context);
+			if (sc->batch == 0)
+			{
+				sc->batch = ++sync_next_tag;
+				sc->need = need;
+				sc->ask = ask;
+				sync_batched = lappend(sync_batched, conn);
+			}
+			g->sync_tag = sc->batch;
+			g->sync_need = sc->need;
+			sync_granted = lappend(sync_granted, g);
+			MemoryContextSwitchTo(old);
+			return;
+		}
 		/* no WAIT behind it (the connection took no more): unconfirmed */
 		if (wc->sync_tag == worker_sync_state(conn)->unwaited)
 		{
 			worker_sync_settle(g, -1, NULL);
 			pfree(g);
+			return;
 		}
+		old = MemoryContextSwitchTo(rlock_worker_context);
+		sync_granted = lappend(sync_granted, g);
+		MemoryContextSwitchTo(old);
 		return;
 	}
 	worker_requeue_hold(wc->hold);

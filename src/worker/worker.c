@@ -102,6 +102,7 @@ worker_cmd_free(WorkerCmd *wc)
 bool
 worker_cmd_send(RlockConn *conn, WorkerCmd *wc, RlockArgs *args)
 {
+	wc->sent_on = conn;
 	if (rlock_conn_send(conn, &wc->cmd, args))
 		return true;
 	worker_cmd_free(wc);
@@ -179,6 +180,7 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_SUBSCRIBE:
 		case WORKER_CMD_UNSUBSCRIBE:
 		case WORKER_CMD_REGISTER:
+		case WORKER_CMD_PUBLISH:
 			break;
 	}
 	switch (wc->type)
@@ -207,6 +209,8 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 		case WORKER_CMD_SYNC:
 			worker_sync_reply(conn, wc, reply);
+			break;
+		case WORKER_CMD_PUBLISH:
 			break;
 	}
 	worker_cmd_free(wc);

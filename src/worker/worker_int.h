@@ -33,8 +33,10 @@ typedef enum WorkerCmdType
 	WORKER_CMD_SUBSCRIBE,		/* expects one subscribe confirmation */
 	WORKER_CMD_UNSUBSCRIBE,		/* expects one unsubscribe confirmation */
 	WORKER_CMD_REGISTER,		/* this instance's registry entry */
-	WORKER_CMD_SYNC				/* WAIT after an acquire on the sync
+	WORKER_CMD_SYNC,			/* WAIT after an acquire on the sync
 								 * connection */
+	WORKER_CMD_PUBLISH			/* an unlock message of our own; the reply
+								 * does not matter */
 } WorkerCmdType;
 
 /*
@@ -61,6 +63,8 @@ typedef struct WorkerCmd
 								 * WAIT; 0 for an acquire not synced */
 	int			sync_need;		/* ACQUIRE, SYNC: confirmations needed */
 	int64		sync_value;		/* ACQUIRE: what its grant answered */
+	RlockConn  *sent_on;		/* the connection it was sent on (a Redis
+								 * Cluster may answer it on another) */
 } WorkerCmd;
 
 /* worker.c */
@@ -115,6 +119,8 @@ extern void worker_recover_holds(void);
 extern uint64 worker_releases_sent(void);
 extern uint64 worker_release_mark(const char *key, int keylen);
 extern void worker_note_release(const char *key, int keylen);
+extern void worker_publish_unlock(RlockConn *conn, const char *key,
+								  int keylen);
 
 /* owners.c: entries by owner */
 extern void rlock_owners_init(void);

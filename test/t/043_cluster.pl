@@ -263,6 +263,29 @@ ok($calls * 5 <= $renewed, "one renewal call per primary: $calls calls for $rene
 $renewer->query_safe("SELECT rlock_session_release(k) FROM unnest(ARRAY[$list]) k");
 $renewer->quit;
 
+#---- the watchdog across a migration ----
+
+# Two session locks of one primary renewed in one call; one's slot moves
+# to another primary, and nothing else touches it: the node that lost it
+# answers 2 for it in the batch, and the worker sends that one again on
+# its own, where MOVED takes it.  Its 3 s lease must not run out.
+my ($wk1, $wk2) = @{ $by_port{ $primaries[2]->port } }[ 3, 4 ];
+my $wslot = $cluster->slot($wk1);
+my $wholder = $na->background_psql('postgres');
+$wholder->query_safe("SELECT rlock_session_try('$wk1'), rlock_session_try('$wk2')");
+my $lost0 = stat_of($na, 'lost');
+$cluster->migrate_slot($wslot, $primaries[0]);
+my $renewals1 = stat_of($na, 'renewals');
+ok(RlockTest::wait_until(sub { stat_of($na, 'renewals') >= $renewals1 + 8 }, 15),
+	'four renewal periods after the move');
+cmp_ok($primaries[0]->cmd('PTTL', $wk1), '>', 1000,
+	"the moved lock's lease is renewed on its new primary");
+is(stat_of($na, 'lost'), $lost0, 'no lock lost');
+is($na->safe_psql('postgres', "SELECT count(*) FROM rlock_locks WHERE key IN ('$wk1', '$wk2') AND state = 'held'"),
+	'2', 'both still held');
+$wholder->query_safe("SELECT rlock_session_release('$wk1'), rlock_session_release('$wk2')");
+$wholder->quit;
+
 #---- a slot migrated under load from two instances ----
 
 my $c = cluster_node('c');
@@ -270,14 +293,24 @@ ok(RlockTest::wait_for_cluster_map($c, 3), 'the second instance found the map');
 my $hot = $by_port{ $primaries[0]->port }[2];
 my $slot = $cluster->slot($hot);
 my ($moved0, $ask0) = map { stat_of($na, $_) + stat_of($c, $_) } qw(cluster_moved cluster_ask);
+my $failed0 = stat_of($na, 'failed') + stat_of($c, 'failed');
 my $runs = RlockTest::guarded_load_start([ $na, $c ], $hot, seconds => 10, lease => '5s');
 sleep 2;
+my $begun = time;
 $cluster->migrate_begin($slot, $primaries[2]);
 sleep 2;
 $cluster->migrate_keys($slot);
 sleep 2;
+my $ending = time;
 $cluster->migrate_end($slot);
 my $r = RlockTest::guarded_load_finish($runs);
+# while the slot was MIGRATING, the lock lived on one node or the other:
+# waiters must have been woken all along (a release on the importing
+# node publishes there, and again on the owner, where they listen)
+my $during = grep { $_->[1] > $begun + 0.5 && $_->[2] < $ending } @{ $r->{committed} };
+cmp_ok($during, '>', 100,
+	"sections kept committing while the slot was migrating ($during in "
+	  . sprintf('%.1f', $ending - $begun - 0.5) . ' s)');
 my ($moved, $ask) = map { stat_of($na, $_) + stat_of($c, $_) - ($_ eq 'cluster_moved' ? $moved0 : $ask0) }
   qw(cluster_moved cluster_ask);
 cmp_ok(scalar(@{ $r->{committed} }), '>', 50,
@@ -286,6 +319,8 @@ is($r->{ran_overlaps}, 0, 'no two critical sections overlapped');
 is($r->{aborted}, 0, 'no pgbench client aborted') or diag($r->{output});
 cmp_ok($moved, '>', 0, "MOVED followed ($moved)");
 cmp_ok($ask, '>', 0, "ASK followed ($ask)");
+is(stat_of($na, 'failed') + stat_of($c, 'failed') - $failed0, 0,
+	'no acquisition failed through the migration');
 is(scalar(@{ $r->{ran} }), scalar(@{ $r->{committed} }) + $r->{failed},
 	'every section that ran committed, or its transaction failed and counted');
 is($primaries[2]->cmd('EXISTS', $hot), 0,
