@@ -674,6 +674,20 @@ router_asking_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 }
 
 /*
+ * The connection of "node" a command redirected from a connection of
+ * "use" goes to: the same use, but for a sync connection not made there
+ * (a node without replicas under auto), the command connection, where
+ * the sender finds that no replica is to be waited for.
+ */
+static RlockConn *
+router_target_conn(RlockNode *node, RlockConnUse use)
+{
+	if (use == RLOCK_USE_SYNC && !rlock_conn_ready(node->conn[use]))
+		return node->conn[RLOCK_USE_COMMAND];
+	return node->conn[use];
+}
+
+/*
  * Send "cmd" again on "target", behind ASKING if "asking".  False if the
  * target cannot take it now.
  */
@@ -768,7 +782,7 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	 * its sender sees it answered there, and waits for replicas there.
 	 */
 	if (cmd->redirects >= RLOCK_MAX_REDIRECTS || (ask && cmd->asked) ||
-		!router_resend(target->conn[conn->use], cmd, ask))
+		!router_resend(router_target_conn(target, conn->use), cmd, ask))
 		router_defer(conn, cmd, reply->str);
 	return true;
 }

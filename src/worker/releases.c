@@ -346,9 +346,10 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		released != RLOCK_RELEASED_FREED)
 		rlock_waiters_echo_cancel(h->key, h->keylen);
 
-	/* freed on a slot's importing node: its waiters are on the other */
-	if (released == RLOCK_RELEASED_FREED && conn != wc->sent_on)
-		worker_publish_unlock(wc->sent_on, h->key, h->keylen);
+	/* freed on a slot's importing node (ASK): its waiters are on the owner */
+	if (released == RLOCK_RELEASED_FREED && wc->cmd.asked &&
+		rlock_hold_conn(wc->hold) != conn)
+		worker_publish_unlock(rlock_hold_conn(wc->hold), h->key, h->keylen);
 
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */

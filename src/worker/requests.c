@@ -135,6 +135,9 @@ typedef struct SyncConn
 	int			ask;
 	uint64		unwaited;		/* a batch whose WAIT could not be sent */
 	bool		wait_inflight;
+	uint64		wait_seq;		/* the WAIT on the wire: its send_seq, */
+	uint64		wait_tag;		/* its batch, */
+	int			wait_need;		/* and what that batch needs */
 } SyncConn;
 
 static uint64 sync_next_tag = 0;
@@ -143,6 +146,8 @@ static List *sync_granted = NIL;
 static RlockConn **sync_lost_on;
 
 static void worker_mark_busy(WorkerReq *req);
+static void worker_sync_settle_tag(uint64 tag, int64 acks,
+								   const RlockReply *reply);
 static bool worker_sync_conn_missing(RlockConn *sync);
 static RlockConn *worker_hold_sync_conn(int index);
 static bool worker_release_refused_now(WorkerReq *req);
@@ -639,6 +644,7 @@ void
 worker_sync_flush(void)
 {
 	ListCell   *lc;
+	List	   *later = NIL;
 
 	foreach(lc, sync_batched)
 	{
@@ -649,6 +655,15 @@ worker_sync_flush(void)
 
 		if (sc->batch == 0)
 			continue;
+		if (sc->wait_inflight)
+		{
+			/* grants redirected here: one WAIT at a time on a connection */
+			MemoryContext old = MemoryContextSwitchTo(rlock_worker_context);
+
+			later = lappend(later, sync);
+			MemoryContextSwitchTo(old);
+			continue;
+		}
 		wc = worker_cmd_new(WORKER_CMD_SYNC);
 		args = worker_args();
 		rlock_args_cstr(args, "WAIT");
@@ -658,21 +673,29 @@ worker_sync_flush(void)
 		wc->sync_tag = sc->batch;
 		wc->sync_need = sc->need;
 		if (worker_cmd_send(sync, wc, args))
+		{
 			sc->wait_inflight = true;
+			sc->wait_seq = wc->cmd.send_seq;
+			sc->wait_tag = sc->batch;
+			sc->wait_need = sc->need;
+		}
 		else
 		{
 			/*
-			 * Its grants count as unconfirmed.  The connection goes too:
-			 * a later batch must not find these grants still on the wire.
+			 * Its grants count as unconfirmed: those still on the wire
+			 * when they come, those answered already (redirected here)
+			 * now.  The connection goes too: a later batch must not find
+			 * these grants still on the wire.
 			 */
 			sc->unwaited = sc->batch;
+			worker_sync_settle_tag(sc->batch, -1, NULL);
 			rlock_conn_give_up(sync,
 							   "the sync connection could not take a WAIT");
 		}
 		sc->batch = 0;
 	}
 	list_free(sync_batched);
-	sync_batched = NIL;
+	sync_batched = later;
 }
 
 /*---- hold entries ----*/
@@ -1018,8 +1041,6 @@ void
 worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
 	int64		acks = -1;
-	List	   *mine = NIL;
-	ListCell   *lc;
 
 	worker_sync_state(conn)->wait_inflight = false;
 	if (reply != NULL && reply->type == RLOCK_REPLY_INTEGER)
@@ -1028,12 +1049,25 @@ worker_sync_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		acks = Max(reply->integer, 0);
 		rlock_redis_sync_acks(conn, (int) Min(acks, INT_MAX));
 	}
+	worker_sync_settle_tag(wc->sync_tag, acks, reply);
+}
+
+/*
+ * Settle every grant of the batch "tag" (acks: what its WAIT answered,
+ * -1 for none).
+ */
+static void
+worker_sync_settle_tag(uint64 tag, int64 acks, const RlockReply *reply)
+{
+	List	   *mine = NIL;
+	ListCell   *lc;
+
 	/* settling may send nothing, but take the batch out first */
 	foreach(lc, sync_granted)
 	{
 		WorkerCmd  *g = (WorkerCmd *) lfirst(lc);
 
-		if (g->sync_tag == wc->sync_tag)
+		if (g->sync_tag == tag)
 		{
 			mine = lappend(mine, g);
 			sync_granted = foreach_delete_current(sync_granted, lc);
@@ -1440,7 +1474,23 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 				pfree(g);
 				return;
 			}
+			if (!rlock_conn_is_sync(conn))
+			{
+				/* no WAIT on a command connection: undone, sent again */
+				worker_sync_settle(g, -1, NULL);
+				pfree(g);
+				return;
+			}
 			old = MemoryContextSwitchTo(rlock_worker_context);
+			if (sc->wait_inflight && wc->cmd.send_seq < sc->wait_seq)
+			{
+				/* the WAIT on the wire there was sent after it: it counts */
+				g->sync_tag = sc->wait_tag;
+				g->sync_need = sc->wait_need;
+				sync_granted = lappend(sync_granted, g);
+				MemoryContextSwitchTo(old);
+				return;
+			}
 			if (sc->batch == 0)
 			{
 				sc->batch = ++sync_next_tag;
