@@ -449,7 +449,6 @@ rlock_node_move(RlockNode *node, const char *host, int port)
 	int			i;
 
 	rlock_server_set_address(&node->server, host, port);
-	node->id[0] = '\0';
 	node->unmapped = false;
 	node->asked_at = 0;
 	node->note_at = 0;
@@ -511,12 +510,6 @@ rlock_redis_command_conn(void)
 	if (rlock_redis_cluster())
 		return rlock_router_any();
 	return conns[RLOCK_USE_COMMAND];
-}
-
-RlockConn *
-rlock_redis_subscriber_conn(void)
-{
-	return conns[RLOCK_USE_SUBSCRIBER];
 }
 
 /*
@@ -601,12 +594,6 @@ rlock_redis_conn(RlockConnUse use)
 	return conns[use];
 }
 
-RlockServer *
-rlock_redis_data_server(void)
-{
-	return server;
-}
-
 /*
  * How many replicas must confirm an acquisition now, and (*ask) how many
  * WAIT asks for; 0 when acquisitions are not synced.  With "auto" that is
@@ -682,12 +669,6 @@ rlock_redis_master_moved(const char *host, int port)
 		conn_start_over(conn);
 	}
 	status_dirty = true;
-}
-
-const char *
-rlock_redis_address(void)
-{
-	return server->address;
 }
 
 /*

@@ -293,9 +293,7 @@ typedef struct RlockNode
 	RlockConn  *conn[RLOCK_NDATA];
 	int			index;			/* in router.c's table */
 	bool		primary;		/* serves slots, as far as rlock knows */
-	bool		was_primary;	/* before the latest map */
 	bool		unmapped;		/* made for a redirection, not in a map */
-	char		id[RLOCK_CLUSTER_ID_LEN];
 	TimestampTz asked_at;		/* an ASK named it then */
 	char		note[128];		/* the latest TRYAGAIN or CLUSTERDOWN */
 	TimestampTz note_at;
@@ -351,7 +349,6 @@ extern void rlock_sentinel_status(RlockWorkerStatus *st);
 
 /* conn.c, for sentinel.c */
 extern RlockConn *rlock_redis_conn(RlockConnUse use);
-extern RlockServer *rlock_redis_data_server(void);
 extern void rlock_redis_master_moved(const char *host, int port);
 extern char *rlock_redis_strdup(const char *s);
 extern void rlock_server_forget(RlockServer *srv);

@@ -326,12 +326,6 @@ rlock_router_refresh_soon(void)
 		refresh_due = at;
 }
 
-void
-rlock_redis_refresh_soon(void)
-{
-	rlock_router_refresh_soon();
-}
-
 /*
  * Take a map read from a reply: the primaries it names become nodes, the
  * others stop being primaries (their connections close at the next
@@ -341,14 +335,17 @@ static void
 router_apply(const RlockClusterMap *m)
 {
 	int16		index[RLOCK_CLUSTER_MAX_NODES];
+	bool		was_primary[RLOCK_ROUTER_MAX_NODES];
 	int			before = nprimaries;
+	int			nnodes_before = nnodes;
 	bool		changed = !map_known;
 	int			i;
 
 	for (i = 0; i < nnodes; i++)
-		nodes[i]->was_primary = nodes[i]->primary;
-	for (i = 0; i < nnodes; i++)
+	{
+		was_primary[i] = nodes[i]->primary;
 		nodes[i]->primary = false;
+	}
 	for (i = 0; i < m->nnodes; i++)
 	{
 		RlockNode  *n = router_node(m->node[i].host, m->node[i].port);
@@ -358,13 +355,13 @@ router_apply(const RlockClusterMap *m)
 		{
 			n->primary = true;
 			n->unmapped = false;
-			strlcpy(n->id, m->node[i].id, sizeof(n->id));
 		}
 	}
 	nprimaries = 0;
 	for (i = 0; i < nnodes; i++)
 	{
-		if (nodes[i]->primary != nodes[i]->was_primary)
+		/* a node made above (i >= the count before) was no primary */
+		if (nodes[i]->primary != (i < nnodes_before && was_primary[i]))
 			changed = true;
 		if (nodes[i]->primary)
 			nprimaries++;
