@@ -57,6 +57,7 @@ static bool *release_refused;	/* Redis refused the entry's last release */
 static char release_refusal[RLOCK_DETAIL_LEN];	/* the latest refusal */
 static uint64 releases_sent = 0;
 static uint64 release_marks[RLOCK_RELEASE_MARKS];
+static int	release_handing[RLOCK_RELEASE_MARKS];
 
 /* Releases Redis refused for a passing reason are sent again at this time */
 static TimestampTz resync_at = 0;
@@ -94,11 +95,28 @@ worker_release_refused(int index, const char **error)
 	return release_refused[index];
 }
 
+static int
+release_mark_index(const char *key, int keylen)
+{
+	return hash_bytes((const unsigned char *) key, keylen) %
+		RLOCK_RELEASE_MARKS;
+}
+
 static uint64 *
 release_mark(const char *key, int keylen)
 {
-	return &release_marks[hash_bytes((const unsigned char *) key, keylen) %
-						  RLOCK_RELEASE_MARKS];
+	return &release_marks[release_mark_index(key, keylen)];
+}
+
+/*
+ * Is a release that handed the key to a local waiter still unanswered?
+ * (A collision of hashes only holds a synced try back until that other
+ * release is answered.)
+ */
+bool
+worker_release_inflight(const char *key, int keylen)
+{
+	return release_handing[release_mark_index(key, keylen)] > 0;
 }
 
 /*
@@ -196,6 +214,8 @@ worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
 		wc->handoff = rlock_waiters_hand_off(h->key, h->keylen);
 		if (wc->handoff == 0)
 			worker_note_release(h->key, h->keylen);
+		else
+			release_handing[release_mark_index(h->key, h->keylen)]++;
 	}
 }
 
@@ -339,6 +359,14 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 			worker_unknown_status(conn, wc, h->kind);
 			reply = NULL;		/* as good as lost */
 		}
+	}
+
+	if (wc->handoff != 0)
+	{
+		int			i = release_mark_index(h->key, h->keylen);
+
+		Assert(release_handing[i] > 0);
+		release_handing[i]--;
 	}
 
 	/* no unlock message, or maybe none, to let pass */

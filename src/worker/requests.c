@@ -723,8 +723,9 @@ worker_hold_acquiring(int index)
  * acquire sent there directly once the map had changed.
  */
 static bool
-worker_acquire_held_back(int index)
+worker_acquire_held_back(WorkerReq *req)
 {
+	int			index = req->hold;
 	RlockHold  *h = rlock_hold(index);
 	RlockConn  *sync = worker_hold_sync_conn(index);
 	int			ask;
@@ -733,6 +734,15 @@ worker_acquire_held_back(int index)
 	if (rlock_redis_sync_need(sync, &ask) > 0)
 	{
 		if (!rlock_conn_ready(sync) || worker_sync_state(sync)->wait_inflight)
+			return true;
+
+		/*
+		 * Handed the lock by a release of this instance: that release
+		 * went on the command connection, which orders nothing against
+		 * this one, so the try waits for its answer rather than overtake
+		 * it, find the lock still held and sleep.
+		 */
+		if (req->handed && worker_release_inflight(h->key, h->keylen))
 			return true;
 	}
 	else if (!rlock_redis_cluster())
@@ -1195,7 +1205,7 @@ worker_send_pending(void)
 		if (!worker_req_ready(req))
 			continue;
 		if (req->op == RLOCK_OP_ACQUIRE ?
-			worker_acquire_held_back(req->hold) :
+			worker_acquire_held_back(req) :
 			(req->op == RLOCK_OP_RELEASE || req->op == RLOCK_OP_BARRIER ||
 			 req->op == RLOCK_OP_VERIFY) &&
 			worker_owner_busy(req, true))
@@ -1302,6 +1312,24 @@ worker_waiting(int slot, const char *key, int keylen)
 		return false;
 	if (key == NULL)
 		return true;
+	h = rlock_hold(req->hold);
+	return h->keylen == keylen && memcmp(h->key, key, keylen) == 0;
+}
+
+/*
+ * Is the request in "slot" an acquisition of "key" still to be granted:
+ * waiting, or trying after a wake-up or a hand-off?  Waiters are in a
+ * group only until their grant, so every member of a line is one, but
+ * for the other key ("k" and "{k}" share a channel).
+ */
+bool
+worker_in_line(int slot, const char *key, int keylen)
+{
+	WorkerReq  *req = &reqs[slot];
+	RlockHold  *h;
+
+	if (req->state == REQ_NONE || req->op != RLOCK_OP_ACQUIRE)
+		return false;
 	h = rlock_hold(req->hold);
 	return h->keylen == keylen && memcmp(h->key, key, keylen) == 0;
 }

@@ -28,13 +28,15 @@
  * wake-up on to another waiter, so that no unlock message is lost.
  *
  * Local waiters form a line.  When this instance frees a key, the first
- * waiting request is retried right behind the release (hand-off), and the
- * unlock message that release publishes wakes nobody when it comes back
- * (the group counts the echoes it expects): it would only send another
- * waiter's try to fail behind the one that got the lock.  A new request
- * that may wait does not try at all while the line has someone waiting:
- * it joins at the back.  So under contention between the sessions of one
- * instance, every acquisition costs one try.
+ * waiting request is retried right behind the release (hand-off; a try
+ * that replicas must confirm goes on the sync connection once the release
+ * is answered), and the unlock message that release publishes wakes
+ * nobody when it comes back (the group counts the echoes it expects): it
+ * would only send another waiter's try to fail behind the one that got
+ * the lock.  A new request that may wait does not try at all while the
+ * line has a member, waiting or trying: it joins at the back.  So under
+ * contention between the sessions of one instance, every acquisition
+ * costs one try, and waiters are served in turn.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -276,10 +278,12 @@ waiters_wake(WaitGroup *g, bool all, const char *key, int keylen)
 }
 
 /*
- * Does a request of this instance wait (not try) for the lock "key", held
- * by someone until a known time?  Returns that time, the lease end the
- * latest busy answer gave, or 0.  A new request for the key then joins
- * the line instead of trying, and tries at that time at the latest.
+ * Is there a line of requests of this instance for the lock "key", held
+ * by someone until a known time?  Its members wait, or try after a
+ * wake-up or a hand-off.  Returns that time, the lease end the latest
+ * busy answer or local grant gave, or 0.  A new request for the key then
+ * joins the line instead of trying (it would overtake a member handed
+ * the lock), and tries at that time at the latest.
  */
 TimestampTz
 rlock_waiters_line(const char *key, int keylen)
@@ -298,7 +302,7 @@ rlock_waiters_line(const char *key, int keylen)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
-		if (worker_waiting(w - waiters, key, keylen))
+		if (worker_in_line(w - waiters, key, keylen))
 			return g->busy_until[WAITERS_VARIANT(key, keylen)];
 	}
 	return 0;
@@ -451,7 +455,6 @@ rlock_waiters_hand_off(const char *key, int keylen)
 {
 	WaitGroup  *g;
 	int			len;
-	int			ask;
 
 	if (hash_get_num_entries(groups) == 0)
 		return 0;
@@ -460,13 +463,11 @@ rlock_waiters_hand_off(const char *key, int keylen)
 	if (g == NULL || !waiters_wake(g, false, key, keylen))
 		return 0;
 	/*
-	 * The release's own unlock message is let pass as an echo only when
-	 * the woken waiter's try follows the release on the same connection.
-	 * A synced try goes on the sync connection and may reach Redis first,
-	 * find the lock still held, and then need that message.
+	 * The release's own unlock message is let pass as an echo: the woken
+	 * waiter's try follows the release on the same connection, or, synced
+	 * on the sync connection, waits for the release's answer (requests.c).
 	 */
-	if (g->state != SUB_SUBSCRIBED ||
-		rlock_redis_sync_need(rlock_redis_sync_for(key, keylen), &ask) > 0)
+	if (g->state != SUB_SUBSCRIBED)
 		return RLOCK_HANDED_OFF;
 	g->echoes += waiters_echo_weight(g);
 	return RLOCK_HANDED_OFF_ECHO;

@@ -103,6 +103,7 @@ extern void worker_unpark(void);
 extern bool worker_parked(void);
 extern bool worker_retry(int slot, const char *key, int keylen);
 extern bool worker_waiting(int slot, const char *key, int keylen);
+extern bool worker_in_line(int slot, const char *key, int keylen);
 
 /* releases.c: releases, and bringing Redis back to the counts */
 extern void worker_releases_init(int nholds);
@@ -119,6 +120,7 @@ extern void worker_recover_holds(void);
 extern uint64 worker_releases_sent(void);
 extern uint64 worker_release_mark(const char *key, int keylen);
 extern void worker_note_release(const char *key, int keylen);
+extern bool worker_release_inflight(const char *key, int keylen);
 extern void worker_publish_unlock(RlockConn *conn, const char *key,
 								  int keylen);
 

@@ -335,6 +335,59 @@ sub guarded_load_finish
 	return \%r;
 }
 
+# Hot-key load: $opt{clients} (8) pgbench clients on $node loop for
+# $opt{seconds} (8) over BEGIN, rlock_try($key, '30 s'), an UPDATE of one
+# row, COMMIT.  Returns a summary: per client (by number) the transactions
+# it committed and its longest transaction in ms, and the longest of all,
+# the fewest any client committed, the total, and pgbench's output.
+sub hot_key_load
+{
+	my ($node, $key, %opt) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir();
+	my $clients = $opt{clients} // 8;
+	$node->safe_psql('postgres', q{
+		CREATE TABLE IF NOT EXISTS hot_row (n bigint);
+		TRUNCATE hot_row;
+		INSERT INTO hot_row VALUES (0);
+	});
+	open(my $fh, '>', "$dir/hot.sql") or die "$dir/hot.sql: $!";
+	print $fh "BEGIN;\n"
+	  . "SELECT rlock_try('$key', '30 s');\n"
+	  . "UPDATE hot_row SET n = n + 1;\n"
+	  . "COMMIT;\n";
+	close $fh;
+	my $out = '';
+	IPC::Run::run(
+		[ 'pgbench', '-n', '-c', $clients, '-j', '2',
+		  '-T', $opt{seconds} // 8, '-f', "$dir/hot.sql",
+		  '-l', '--log-prefix', "$dir/log",
+		  '-h', $node->host, '-p', $node->port, 'postgres' ],
+		'<', \undef, '>&', \$out);
+	my %r = (clients => {}, output => $out, max_ms => 0, total => 0);
+	$r{clients}{$_} = { count => 0, max_ms => 0 } for 0 .. $clients - 1;
+	for my $log (glob("$dir/log.*"))
+	{
+		open(my $lf, '<', $log) or die "$log: $!";
+		while (<$lf>)
+		{
+			# client_id transaction_no time script_no time_epoch time_us
+			my ($client, undef, $us) = split;
+			my $c = $r{clients}{$client};
+			$c->{count}++;
+			$c->{max_ms} = $us / 1000 if $us / 1000 > $c->{max_ms};
+		}
+		close $lf;
+	}
+	for my $c (values %{ $r{clients} })
+	{
+		$r{total} += $c->{count};
+		$r{max_ms} = $c->{max_ms} if $c->{max_ms} > $r{max_ms};
+	}
+	my @counts = sort { $a <=> $b } map { $_->{count} } values %{ $r{clients} };
+	$r{min_count} = $counts[0];
+	return \%r;
+}
+
 # Build test/unit/$name.c (test/unit/README.md) and return the program's
 # path; bails out when it does not build.
 sub unit_program

@@ -13,6 +13,7 @@ one client sends, as a network that delays packets would
   $proxy->hold('rlock_command');   # bytes from that connection wait here
   ...                              # rlock gives up on it and reconnects
   my $fate = $proxy->deliver;      # 'answered' or 'closed'
+  $proxy->resume;                  # or: pass on what was held, and carry on
   $proxy->stop;
 
 =head1 DESCRIPTION
@@ -46,6 +47,15 @@ sub hold
 {
 	my ($self, $name) = @_;
 	return $self->ask("hold $name");
+}
+
+# Pass on what was held and relay that connection as before: its client
+# gets the replies.  Returns 'resumed', 'closed', or 'none' if nothing
+# was held.
+sub resume
+{
+	my ($self, $timeout) = @_;
+	return $self->ask('resume', $timeout);
 }
 
 # Deliver what was held; 'answered', 'closed', or 'none' if nothing was
@@ -108,6 +118,20 @@ sub _serve
 						$n++;
 					}
 					$report->($n);
+				}
+				elsif ($line eq 'resume')
+				{
+					my ($k) = grep { $_->{holding} } @conns;
+					if (!$k)
+					{
+						$report->('none');
+						next;
+					}
+					$k->{holding} = 0;
+					my $out = $k->{held};
+					$k->{held} = '';
+					$report->(!$k->{sdone} && !$k->{cdone} &&
+						  defined syswrite($k->{s}, $out) ? 'resumed' : 'closed');
 				}
 				elsif ($line eq 'deliver')
 				{
