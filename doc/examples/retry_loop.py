@@ -7,7 +7,7 @@ cures:
   40001  the lock was lost before the commit (its lease ran out, it was
          removed from Redis, Redis restarted); the commit was refused and
          nothing of the transaction is visible;
-  08006  Redis could not be reached in time: the lock could not be taken,
+  58030  Redis could not be reached in time: the lock could not be taken,
          or the check before commit could not be made;
   55P03  lock_timeout ran out while rlock_lock() waited.
 
@@ -28,7 +28,7 @@ import psycopg2.errorcodes
 
 RETRYABLE = {
     psycopg2.errorcodes.SERIALIZATION_FAILURE,   # 40001
-    psycopg2.errorcodes.CONNECTION_FAILURE,      # 08006
+    psycopg2.errorcodes.IO_ERROR,                # 58030
     psycopg2.errorcodes.LOCK_NOT_AVAILABLE,      # 55P03
 }
 

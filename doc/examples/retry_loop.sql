@@ -5,7 +5,7 @@
 -- attempt took, and the loop tries again after a short, growing pause:
 --
 --   55P03  lock_timeout ran out while rlock_lock() waited;
---   08006  Redis could not be reached in time.
+--   58030  Redis could not be reached in time.
 --
 -- The COMMIT must stay outside that block (PL/pgSQL allows no COMMIT in a
 -- block with an exception handler), so a loss found by the check before
@@ -27,7 +27,7 @@ BEGIN
             PERFORM rlock_lock(lock_key);
             UPDATE accounts SET balance = balance + amount WHERE id = account;
         EXCEPTION
-            WHEN lock_not_available OR connection_failure THEN
+            WHEN lock_not_available OR io_error THEN
                 IF attempt >= tries THEN
                     RAISE;
                 END IF;

@@ -1019,7 +1019,7 @@ rlock_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_PREPARE:
 			if (!dlist_is_empty(&xact_holds))
 				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
 						 errmsg("cannot PREPARE a transaction that holds transaction-scoped rlocks"),
 						 errhint("Release them first, or take session-scoped locks with rlock_session_lock().")));
 			/* a lock released earlier may have been lost while held */

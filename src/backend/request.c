@@ -415,7 +415,7 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 			return;
 		case RLOCK_STATUS_CONNECTION:
 			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
+					(errcode(ERRCODE_IO_ERROR),
 					 keylen > 0 ?
 					 errmsg("could not reach Redis for lock \"%.*s\"",
 							keylen, key) :
@@ -424,11 +424,8 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 					 errhint("Check that Redis is up and reachable with the rlock.* connection settings; rlock_status() shows the connections and the last error.")));
 			break;
 		case RLOCK_STATUS_REDIS_ERROR:
-			/* a primary without its replicas is an outage, not a bug */
 			ereport(ERROR,
-					(errcode(strncmp(last_detail, "NOREPLICAS", 10) == 0 ?
-							 ERRCODE_CONNECTION_EXCEPTION :
-							 ERRCODE_SYSTEM_ERROR),
+					(errcode(ERRCODE_SYSTEM_ERROR),
 					 keylen > 0 ?
 					 errmsg("Redis returned an error for lock \"%.*s\"",
 							keylen, key) :
@@ -438,7 +435,7 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 			break;
 		case RLOCK_STATUS_NOT_SYNCED:
 			ereport(ERROR,
-					(errcode(ERRCODE_CONNECTION_EXCEPTION),
+					(errcode(ERRCODE_IO_ERROR),
 					 errmsg("Redis replicas did not confirm lock \"%.*s\" in time",
 							keylen, key),
 					 errdetail_internal("%s", last_detail),

@@ -29,7 +29,7 @@
  *			more than RLOCK_MAX_REDIRECTS redirections:
  *			the command is answered as lost after RLOCK_DEFER_MS (it did
  *			not run), and the worker's usual bounds apply to the request
- *			(rlock.command_timeout + rlock.connect_timeout, then 08006),
+ *			(rlock.command_timeout + rlock.connect_timeout, then 58030),
  *			with the error Redis gave in its message.
  *
  * Every redirection is untrusted input: a slot out of range, a port out

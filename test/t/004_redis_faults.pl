@@ -1,5 +1,5 @@
-# Redis faults seen from SQL: Redis down (08006 within the deadlines, no
-# hang), Redis back (service resumes), Redis stalled (08006 after
+# Redis faults seen from SQL: Redis down (58030 within the deadlines, no
+# hang), Redis back (service resumes), Redis stalled (58030 after
 # rlock.command_timeout), and a key of another type (58000).  The worker
 # survives all of them and logs each outage once.
 
@@ -37,19 +37,19 @@ $redis->stop;
 my $t0 = time;
 my ($rc, $out, $err, $elapsed) = timed_psql("SELECT rlock_try('fault:k')");
 isnt($rc, 0, 'with Redis down, rlock_try fails');
-like($err, qr/ERROR:  08006: could not reach Redis for lock "fault:k"/,
-	'with 08006');
+like($err, qr/ERROR:  58030: could not reach Redis for lock "fault:k"/,
+	'with 58030');
 like($err, qr/DETAIL:  No usable connection to Redis at 127\.0\.0\.1:\d+/,
 	'naming the server');
 cmp_ok($elapsed, '<', $budget, "within the deadlines ($elapsed s)");
 
 $w->query("SELECT 'after'");
-like($w->{stderr}, qr/ERROR:  08006/, 'the waiting backend gets 08006 too');
+like($w->{stderr}, qr/ERROR:  58030/, 'the waiting backend gets 58030 too');
 cmp_ok(time - $t0, '<', $budget + 1, 'without hanging');
 $w->{stderr} = '';
 
 ($rc, $out, $err) = timed_psql("SELECT rlock_is_locked('fault:k')");
-like($err, qr/08006/, 'so do the information functions');
+like($err, qr/58030/, 'so do the information functions');
 is(RlockTest::worker_pid($node), $worker, 'the worker keeps running');
 
 # Redis back: service resumes
@@ -72,7 +72,7 @@ $redis->freeze;
 ($rc, $out, $err, $elapsed) = timed_psql("SELECT rlock_try('fault:stall')");
 $redis->thaw;
 isnt($rc, 0, 'a stalled Redis fails the request');
-like($err, qr/08006/, 'with 08006');
+like($err, qr/58030/, 'with 58030');
 like($err, qr/command_timeout/, 'saying why');
 cmp_ok($elapsed, '<', $budget, "within the deadlines ($elapsed s)");
 ok(RlockTest::wait_for_redis($node, 5), 'service resumes after the stall');
@@ -92,10 +92,10 @@ $node->reload;
 ok( RlockTest::wait_until(
 		sub {
 			my ($rc, $out, $err) = timed_psql("SELECT rlock_try('fault:silent')");
-			$err =~ /08006/ && $err =~ /timed out during the (connection|TLS) handshake/;
+			$err =~ /58030/ && $err =~ /timed out during the (connection|TLS) handshake/;
 		},
 		10),
-	'a silent server fails requests with 08006 once the handshake times out');
+	'a silent server fails requests with 58030 once the handshake times out');
 ($rc, $out, $err, $elapsed) = timed_psql("SELECT rlock_try('fault:silent')");
 cmp_ok($elapsed, '<', $budget, "within the deadlines ($elapsed s)");
 is(RlockTest::worker_pid($node), $worker, 'the worker is still there');

@@ -129,7 +129,7 @@ is($err, '', 'but may still set one for a role');
 like($err, qr/must be superuser or have privileges of pg_read_all_settings/,
 	'other users cannot see the password file setting');
 
-# a wrong password: 08006 naming the cause, and the secret never logged
+# a wrong password: 58030 naming the cause, and the secret never logged
 RlockTest::password_file($dir, "wrong-$secret");
 # a changed connection setting makes the worker connect again
 $node->append_conf('postgresql.conf', "rlock.database = 4");
@@ -138,10 +138,10 @@ ok( RlockTest::wait_until(
 		sub {
 			my ($rc, $out, $err) = $node->psql('postgres',
 				"\\set VERBOSITY verbose\nSELECT rlock_try('x')");
-			$err =~ /08006/ && $err =~ /WRONGPASS|invalid username-password/;
+			$err =~ /58030/ && $err =~ /WRONGPASS|invalid username-password/;
 		},
 		10),
-	'a wrong password fails requests with 08006 and the reason');
+	'a wrong password fails requests with 58030 and the reason');
 my $log = slurp_file($node->logfile);
 unlike($log, qr/\Q$secret\E/, 'the password never appears in the log');
 like($log, qr/connection settings changed/, 'the reload reconnected');
@@ -159,7 +159,7 @@ ok( RlockTest::wait_until(
 			$err =~ /could not read the password file \(rlock.password_file\): No such file/;
 		},
 		10),
-	'an unreadable password file: 08006 naming the setting');
+	'an unreadable password file: 58030 naming the setting');
 unlike($err, qr/hidden-dir-name/, 'not the path');
 ($rc, $out, $err) = $node->psql('postgres',
 	'SELECT last_error FROM rlock_status()', extra_params => [ '-U', 'joe' ]);

@@ -186,7 +186,7 @@ $n2->stop;
 # elsewhere): a write is refused with READONLY, which reaches the session
 # as 58000, and the worker drops the connection instead of keeping one
 # every write of which would be refused; a new connection's handshake
-# finds the replica and refuses it, so requests fail with 08006 and the
+# finds the replica and refuses it, so requests fail with 58030 and the
 # reason until the server is a primary again
 my $old = RlockTest::Redis->start;
 my $new = RlockTest::Redis->start;
@@ -217,8 +217,8 @@ ok( RlockTest::wait_until(
 my ($rc2, $out2, $err2, $took2) =
   RlockTest::timed_psql($n3, "SELECT rlock_try('ref:ro2')");
 like($err2,
-	qr/ERROR:  08006: .*\n.*DETAIL:  No usable connection to Redis at \S+: the server is a read-only replica: point rlock.host at the primary/,
-	'a lock then fails with 08006, saying why');
+	qr/ERROR:  58030: .*\n.*DETAIL:  No usable connection to Redis at \S+: the server is a read-only replica: point rlock.host at the primary/,
+	'a lock then fails with 58030, saying why');
 cmp_ok($took2, '<', 1 + 0.5, "within rlock.connect_timeout ($took2 s)");
 $old->cmd('REPLICAOF', 'NO', 'ONE');
 ok(RlockTest::wait_for_redis($n3, 10), 'once it is a primary again, locks work');

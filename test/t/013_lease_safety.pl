@@ -190,14 +190,14 @@ $h->quit;
 ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'ls:margin') == 0 }),
 	'and the lock went with the commit');
 
-# Redis down at commit time: the commit fails with 08006
+# Redis down at commit time: the commit fails with 58030
 $s = $node->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('\set VERBOSITY verbose');
 $s->query_safe('BEGIN');
 $s->query_safe("SELECT rlock_try('ls:down')");
 $redis->stop;
 $s->query('COMMIT');
-like($s->{stderr}, qr/ERROR:  08006/, 'a commit that cannot be checked fails with 08006');
+like($s->{stderr}, qr/ERROR:  58030/, 'a commit that cannot be checked fails with 58030');
 $s->{stderr} = '';
 $redis->restart;
 ok(RlockTest::wait_for_redis($node, 5), 'Redis is back');

@@ -1,12 +1,12 @@
 # Redis stopped while sessions hold locks and others wait: every statement
 # that waits for a lock or takes one ends within rlock.connect_timeout +
-# rlock.command_timeout with 08006, whatever it waits on (a lock of another
+# rlock.command_timeout with 58030, whatever it waits on (a lock of another
 # client or of another local session, with or without a bound, in either
 # scope), whether Redis went away cleanly (SIGTERM) or with commands on the
 # wire (stalled, then SIGKILL); no backend is left waiting and the worker
 # keeps its pid.  Redis here keeps its data (append-only file), so the
 # locks held across a short outage are still held afterwards, renewed, and
-# released at the end; a release that failed with 08006 is still carried
+# released at the end; a release that failed with 58030 is still carried
 # out once Redis is back; an acquire that never reached Redis took nothing.
 
 use strict;
@@ -52,16 +52,16 @@ sub start_all
 	return (\@s, \@pids);
 }
 
-# Check that every session's statement failed with 08006 naming its key.
-sub all_08006
+# Check that every session's statement failed with 58030 naming its key.
+sub all_58030
 {
 	my ($sessions, $keys, $what) = @_;
 	for my $i (0 .. $#$sessions)
 	{
 		my ($out, $err) = RlockTest::collect($sessions->[$i]);
 		like($err,
-			qr/ERROR:  08006: could not reach Redis for lock "\Q$keys->[$i]\E"/,
-			"$what: $keys->[$i] fails with 08006");
+			qr/ERROR:  58030: could not reach Redis for lock "\Q$keys->[$i]\E"/,
+			"$what: $keys->[$i] fails with 58030");
 	}
 }
 
@@ -99,8 +99,8 @@ ok( RlockTest::wait_until(
 my $elapsed = time - $t0;
 cmp_ok($elapsed, '<', $budget,
 	"within connect_timeout + command_timeout ($elapsed s)");
-all_08006($w, \@keys, 'Redis stopped while waiting');
-all_08006($acq, ['stop:new'], 'Redis stopped before acquiring');
+all_58030($w, \@keys, 'Redis stopped while waiting');
+all_58030($acq, ['stop:new'], 'Redis stopped before acquiring');
 is(RlockTest::worker_pid($node), $worker, 'the worker keeps running');
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND wait_event_type = 'Extension'"),
@@ -145,7 +145,7 @@ ok( RlockTest::wait_until(
 $elapsed = time - $t0;
 cmp_ok($elapsed, '<', $budget,
 	"within connect_timeout + command_timeout ($elapsed s)");
-all_08006([ @$waiter, @$acq, $r ], \@keys, 'Redis killed while stalled');
+all_58030([ @$waiter, @$acq, $r ], \@keys, 'Redis killed while stalled');
 is(RlockTest::worker_pid($node), $worker, 'the worker keeps running');
 
 $redis->restart;

@@ -4,7 +4,7 @@
 # resumes, their replies going nowhere), mostly for longer than
 # rlock.command_timeout, sometimes for less, with some statements giving
 # up before the worker does (statement_timeout).  Every statement ends in
-# bounded time, normally or with 08006 (or its own timeout); replies that
+# bounded time, normally or with 58030 (or its own timeout); replies that
 # come late or never change nothing: after each stall the hold count of
 # every lock in Redis equals what its session reports (rlock_held), no
 # hold is reported lost, and at the end nothing is left in Redis.
@@ -97,7 +97,7 @@ sub disagreement
 	return join('; ', @diff);
 }
 
-my %seen = (ok => 0, '08006' => 0, timeout => 0, other => 0, unsure => 0);
+my %seen = (ok => 0, '58030' => 0, timeout => 0, other => 0, unsure => 0);
 my @unbounded;
 my @disagreed;
 for my $round (1 .. 16)
@@ -147,9 +147,9 @@ for my $round (1 .. 16)
 	for my $i (0 .. $nsessions - 1)
 	{
 		my ($out, $err) = RlockTest::collect($s[$i]);
-		if ($err =~ /ERROR:  08006/)
+		if ($err =~ /ERROR:  58030/)
 		{
-			$seen{'08006'}++;
+			$seen{'58030'}++;
 		}
 		elsif ($err =~ /ERROR:  57014: canceling statement due to statement timeout/)
 		{
@@ -183,8 +183,8 @@ for my $round (1 .. 16)
 
 note join(', ', map { "$_ $seen{$_}" } sort keys %seen);
 is_deeply(\@unbounded, [], "every statement ended within $bound s of its stall");
-cmp_ok($seen{'08006'}, '>', 0,
-	"statements caught by a long stall failed with 08006 ($seen{'08006'})");
+cmp_ok($seen{'58030'}, '>', 0,
+	"statements caught by a long stall failed with 58030 ($seen{'58030'})");
 cmp_ok($seen{ok}, '>', 0, "others went through ($seen{ok})");
 is($seen{other}, 0, 'no statement failed in any other way');
 is_deeply(\@disagreed, [],

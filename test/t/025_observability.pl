@@ -4,7 +4,7 @@
 # before its session notices; the counters of refused, timed-out and
 # cancelled acquires, of losses, unlock messages and reconnections; and
 # rlock_status() following Redis down and back.  A waiter on a Redis that
-# stops answering (SIGSTOP) ends with 08006 within its deadlines, found
+# stops answering (SIGSTOP) ends with 58030 within its deadlines, found
 # by the worker's keepalive even though nothing else is sent.
 
 use strict;
@@ -186,7 +186,7 @@ $redis->freeze;
 $waiter->query('SELECT 1');
 my $took = time - $frozen_at;
 $redis->thaw;
-like($waiter->{stderr}, qr/ERROR:  08006/, 'Redis stopped: the waiter fails with 08006');
+like($waiter->{stderr}, qr/ERROR:  58030/, 'Redis stopped: the waiter fails with 58030');
 # keepalive interval (0.5 s) + command_timeout (1 s) + connect_timeout (1 s)
 cmp_ok($took, '<', 2.5 + 1.5, "within the worker's deadlines ($took s)");
 ok(RlockTest::wait_for_redis($node, 10), 'service resumes after the thaw');

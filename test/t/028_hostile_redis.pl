@@ -3,7 +3,7 @@
 # answers rlock's commands with frames Redis never sends.  For each frame:
 # the postmaster did not restart (a session opened before keeps its
 # backend), the worker kept its pid, the statement that met the frame
-# ended with 08006 within rlock.connect_timeout + rlock.command_timeout,
+# ended with 58030 within rlock.connect_timeout + rlock.command_timeout,
 # the worker's memory stayed under 64 MB, the commands it sent per second
 # stayed bounded (no hot loop), rlock_status() says what was wrong, and
 # once the relay tells the truth again, locks work.
@@ -140,7 +140,7 @@ sub attack
 	$a{after}->() if $a{after};
 }
 
-my $e08006 = qr/ERROR:  08006: could not reach Redis/;
+my $e58030 = qr/ERROR:  58030: could not reach Redis/;
 
 #---- the command connection ----
 
@@ -168,7 +168,7 @@ attack(
 	name => 'an array of 2147483647 elements',
 	setup => sub { $hostile->replace('rlock_command', $acquire, "*2147483647\r\n") },
 	sql => "SELECT rlock_try('h:2')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/an array of 2147483647 elements, over the limit/);
 
 attack(
@@ -177,7 +177,7 @@ attack(
 		$hostile->stream('rlock_command', $acquire, "\$999999999999\r\n");
 	},
 	sql => "SELECT rlock_try('h:3')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a string of 999999999999 bytes|without a complete reply/);
 
 attack(
@@ -186,14 +186,14 @@ attack(
 		$hostile->replace('rlock_command', $acquire, "*1\r\n" x 5 . ":1\r\n");
 	},
 	sql => "SELECT rlock_try('h:4')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/arrays nested 5 deep, over the limit of 4/);
 
 attack(
 	name => 'a bad type byte',
 	setup => sub { $hostile->replace('rlock_command', $acquire, "!oops\r\n") },
 	sql => "SELECT rlock_try('h:5')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a protocol error/);
 
 # wrong reply types, for every command the worker sends after its
@@ -202,7 +202,7 @@ attack(
 	name => 'acquire answered with an integer',
 	setup => sub { $hostile->replace('rlock_command', $acquire, ":1\r\n") },
 	sql => "SELECT rlock_try('h:6')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(an integer\)/);
 
 attack(
@@ -211,7 +211,7 @@ attack(
 		$hostile->replace('rlock_command', $acquire, "*2\r\n:9\r\n:9\r\n");
 	},
 	sql => "SELECT rlock_try('h:7')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/an acquire \(lock kind plain\) answered with an unknown status/);
 
 attack(
@@ -221,7 +221,7 @@ attack(
 			"*6\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n");
 	},
 	sql => "SELECT * FROM rlock_holder('h:7h')",
-	outcome => qr/ERROR:  08006: could not reach Redis for lock "h:7h"\n.*DETAIL:  Redis answered a holder query with a reply rlock does not accept/s,
+	outcome => qr/ERROR:  58030: could not reach Redis for lock "h:7h"\n.*DETAIL:  Redis answered a holder query with a reply rlock does not accept/s,
 	why => qr/a holder query \(lock kind plain\) answered with an unknown status/);
 
 attack(
@@ -230,7 +230,7 @@ attack(
 		$hostile->replace('rlock_command', qr/^EVALSHA $sha{force} /, "*1\r\n:1\r\n");
 	},
 	sql => "SELECT rlock_force_release('h:7f')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(an array of 1 elements\)/);
 
 # busy for longer than any timestamp holds: the waiter waits out its own
@@ -269,7 +269,7 @@ attack(
 	name => 'an acquire never answered',
 	setup => sub { $hostile->mute('rlock_command', $acquire) },
 	sql => "SELECT rlock_try('h:mute')",
-	outcome => qr/ERROR:  08006: could not reach Redis for lock "h:mute"\n.*DETAIL:  Redis at [^\n]* did not answer within rlock.command_timeout \+ rlock.connect_timeout \(2000 ms\)/s);
+	outcome => qr/ERROR:  58030: could not reach Redis for lock "h:mute"\n.*DETAIL:  Redis at [^\n]* did not answer within rlock.command_timeout \+ rlock.connect_timeout \(2000 ms\)/s);
 
 attack(
 	name => 'EXISTS answered with a string',
@@ -277,14 +277,14 @@ attack(
 		$hostile->replace('rlock_command', qr/^EXISTS /, "\$1\r\nx\r\n");
 	},
 	sql => "SELECT rlock_is_locked('h:8')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(a string of 1 bytes\)/);
 
 attack(
 	name => 'PTTL answered with an array',
 	setup => sub { $hostile->replace('rlock_command', qr/^PTTL /, "*0\r\n") },
 	sql => "SELECT rlock_ttl('h:9')",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(an array of 0 elements\)/);
 
 attack(
@@ -292,7 +292,7 @@ attack(
 	before => sub { $node->safe_psql('postgres', "SELECT rlock_session_try('h:10')") },
 	setup => sub { $hostile->replace('rlock_command', qr/^PING$/, ":1\r\n") },
 	sql => "SELECT rlock_session_try('h:10'); SELECT rlock_release_all()",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(an integer\)/);
 
 {
@@ -313,7 +313,7 @@ attack(
 			RlockTest::wait_until(sub { last_error() =~ /wrong shape/ }, 5);
 		},
 		sql => "SELECT rlock_try('h:11b')",
-		outcome => $e08006,
+		outcome => $e58030,
 		why => qr/a reply of the wrong shape \(an array of 2 elements\)/,
 		after => sub {
 			ok(RlockTest::wait_until(sub { !db('EXISTS', 'h:11') }, 10),
@@ -329,7 +329,7 @@ attack(
 			"*1\r\n:1\r\n");
 	},
 	sql => "BEGIN; SELECT rlock_try('h:12'), rlock_try('h:12b'); COMMIT",
-	outcome => $e08006,
+	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(an array of 1 elements\)/);
 
 {
@@ -382,7 +382,7 @@ for my $case (
 			RlockTest::wait_until(sub { last_error() =~ $why }, 5);
 		},
 		sql => "SELECT rlock_try('h:hs')",
-		outcome => $e08006,
+		outcome => $e58030,
 		why => $why);
 }
 
@@ -465,7 +465,7 @@ attack(
 				count => 1);
 		},
 		sql => "SELECT rlock_force_release('h:fx')",
-		outcome => qr/ERROR:  08006: could not reach Redis for lock "h:fx"\n.*DETAIL:  The connection to Redis was lost before it answered; the lock may or may not have been removed/s,
+		outcome => qr/ERROR:  58030: could not reach Redis for lock "h:fx"\n.*DETAIL:  The connection to Redis was lost before it answered; the lock may or may not have been removed/s,
 		check => sub {
 			my ($out, $err) = RlockTest::collect($w);
 			like($out, qr/^t$/m,
@@ -589,8 +589,8 @@ $hostile->replace('rlock_sync', qr/^WAIT /, ":-1\r\n");
 {
 	my ($rc, $out, $err) = timed_psql("SELECT rlock_try('h:wait')");
 	like($err,
-		qr/ERROR:  08000: Redis replicas did not confirm lock "h:wait" in time\n.*DETAIL:  0 of the 1 replicas/s,
-		'a WAIT answer below zero: no confirmation, 08000');
+		qr/ERROR:  58030: Redis replicas did not confirm lock "h:wait" in time\n.*DETAIL:  0 of the 1 replicas/s,
+		'a WAIT answer below zero: no confirmation, 58030');
 }
 survived('a WAIT answer below zero');
 $hostile->clear;

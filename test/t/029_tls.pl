@@ -7,7 +7,7 @@
 # port and TLS against the plain port; keys and messages larger than a
 # TLS record; a Unix socket (no TLS there, and the log says so); a
 # restart of Redis.  Every failure says what failed, in the
-# 08006 detail and in rlock_status(), and never shows a secret.
+# 58030 detail and in rlock_status(), and never shows a secret.
 
 use strict;
 use warnings;
@@ -51,7 +51,7 @@ sub works
 	ok(RlockTest::wait_for_redis($node, 10), $what) or diag(status());
 }
 
-# After reconf, the next statement fails with 08006 and a detail saying
+# After reconf, the next statement fails with 58030 and a detail saying
 # why, which rlock_status() shows too.
 sub refused
 {
@@ -59,7 +59,7 @@ sub refused
 	ok(RlockTest::wait_until(sub { status() =~ /^(down|securing|handshake) .*$why/ }, 10),
 		"$what: rlock_status() says why") or diag(status());
 	my ($rc, $out, $err, $elapsed) = timed_psql("SELECT rlock_try('tls:refused')");
-	like($err, qr/ERROR:  08006: could not reach Redis/, "$what: 08006");
+	like($err, qr/ERROR:  58030: could not reach Redis/, "$what: 58030");
 	like($err, qr/DETAIL:  No usable connection to Redis at [^:]+:\d+: .*$why/,
 		"$what: the detail says why");
 	cmp_ok($elapsed, '<', 1 + 0.5, "$what: within rlock.connect_timeout");

@@ -4,7 +4,7 @@
 # paused for writes (what a failover looks like) under a wait without
 # limit.  Waiters neither retry in a hot loop nor wait for ever, views
 # and functions keep working, and a statement whose commands Redis does
-# not complete fails with 08006 instead of hanging.
+# not complete fails with 58030 instead of hanging.
 
 use strict;
 use warnings;
@@ -96,7 +96,7 @@ $waiter->quit;
 #---- Redis paused for writes ----
 
 # CLIENT PAUSE WRITE holds every script back while the connection stays
-# up and reads are answered: a wait without limit fails with 08006 once
+# up and reads are answered: a wait without limit fails with 58030 once
 # its commands went unanswered for command_timeout + connect_timeout,
 # however often the worker connects again meanwhile
 my $reconnects = $node->safe_psql('postgres', 'SELECT reconnects FROM rlock_stats');
@@ -105,8 +105,8 @@ for my $i (1, 2)
 {
 	my ($rc, $out, $err, $elapsed) =
 	  RlockTest::timed_psql($node, "SELECT rlock_lock('tb:paused$i')");
-	like($err, qr/ERROR:  08006: could not reach Redis for lock "tb:paused$i"/,
-		"a wait without limit under CLIENT PAUSE WRITE fails with 08006 ($i)");
+	like($err, qr/ERROR:  58030: could not reach Redis for lock "tb:paused$i"/,
+		"a wait without limit under CLIENT PAUSE WRITE fails with 58030 ($i)");
 	like($err, qr/HINT:  Check that Redis is up and reachable/, "with a hint ($i)");
 	cmp_ok($elapsed, '<', 1.5 + 1 + 1.5,
 		"within command_timeout + connect_timeout ($elapsed s)");

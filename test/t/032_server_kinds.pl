@@ -1,7 +1,7 @@
 # Servers rlock cannot keep locks on: a Redis Cluster node (keys of other
 # slots would be answered MOVED) and a Redis Sentinel (no data at all).
 # The handshake finds out (INFO server, redis_mode): the connection is
-# not made ready, rlock_status() says why, requests fail with 08006 and
+# not made ready, rlock_status() says why, requests fail with 58030 and
 # the reason within rlock.connect_timeout, and pointing rlock.host at a
 # plain Redis is enough to recover.  (A replica is refused the same way:
 # test 011.)
@@ -41,8 +41,8 @@ sub refused
 	my ($rc, $out, $err, $took) =
 	  RlockTest::timed_psql($node, "SELECT rlock_try('kinds:k')");
 	like($err,
-		qr/ERROR:  08006: could not reach Redis for lock "kinds:k"\n.*DETAIL:  No usable connection to Redis at \S+: \Q$why\E/,
-		"$what: a lock fails with 08006 and the reason");
+		qr/ERROR:  58030: could not reach Redis for lock "kinds:k"\n.*DETAIL:  No usable connection to Redis at \S+: \Q$why\E/,
+		"$what: a lock fails with 58030 and the reason");
 	cmp_ok($took, '<', 1 + 0.5, "$what: within rlock.connect_timeout ($took s)");
 }
 

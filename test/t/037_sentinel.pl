@@ -8,7 +8,7 @@
 #   clean; two instances under pgbench through the failover with no two
 #   critical sections overlapping;
 # - replicas that do not confirm in time: the acquisition fails with
-#   08000 and leaves nothing in Redis; a release meanwhile is not held
+#   58030 and leaves nothing in Redis; a release meanwhile is not held
 #   up by the WAIT;
 # - a hold lost in a failover (written to the old primary only) and
 #   taken by someone else on the new one: 40001 at commit;
@@ -119,8 +119,8 @@ $_->freeze for $dep->replicas_now;
 my ($rc, $out, $err, $took) =
   RlockTest::timed_psql($na, "SELECT rlock_try('sync:x')");
 like($err,
-	qr/ERROR:  08000: Redis replicas did not confirm lock "sync:x" in time\n.*DETAIL:  0 of the 1 replicas needed confirmed it within rlock.sync_timeout \(300 ms\)/s,
-	'too few confirmations: 08000 with the counts');
+	qr/ERROR:  58030: Redis replicas did not confirm lock "sync:x" in time\n.*DETAIL:  0 of the 1 replicas needed confirmed it within rlock.sync_timeout \(300 ms\)/s,
+	'too few confirmations: 58030 with the counts');
 cmp_ok($took, '<', 0.3 + 1.5, "within rlock.sync_timeout and a bound ($took s)");
 ok(RlockTest::wait_until(sub { $dep->primary->cmd('EXISTS', 'sync:x') == 0 }, 5),
 	'the unconfirmed acquisition was undone in Redis');
@@ -146,7 +146,7 @@ cmp_ok($release_took, '<', 1,
 	"it did not wait behind WAIT ($release_took s of rlock.sync_timeout's 4 s)");
 is($dep->primary->cmd('EXISTS', 'sync:rel'), 0, 'the lock is gone from Redis');
 my ($bout, $berr) = RlockTest::collect($blocked);
-like($berr, qr/ERROR:  08000: Redis replicas did not confirm lock "sync:blocked"/,
+like($berr, qr/ERROR:  58030: Redis replicas did not confirm lock "sync:blocked"/,
 	'the waiting acquisition fails when rlock.sync_timeout ends');
 $blocked->quit;
 $rel->quit;
@@ -160,8 +160,8 @@ is($na->safe_psql('postgres', "SELECT rlock_try('sync:off')"), 't',
 $dep->primary->cmd('CONFIG', 'SET', 'min-replicas-to-write', '3');
 ($rc, $out, $err) = RlockTest::timed_psql($na, "SELECT rlock_try('sync:norep')");
 like($err,
-	qr/ERROR:  08000: Redis returned an error for lock "sync:norep"\n.*DETAIL:  NOREPLICAS .*\n.*HINT:  .*min-replicas-to-write/s,
-	'NOREPLICAS: 08000 with the reason and a hint');
+	qr/ERROR:  58000: Redis returned an error for lock "sync:norep"\n.*DETAIL:  NOREPLICAS .*\n.*HINT:  .*min-replicas-to-write/s,
+	'NOREPLICAS: 58000 with the reason and a hint');
 $dep->primary->cmd('CONFIG', 'SET', 'min-replicas-to-write', '0');
 $na->safe_psql('postgres', "ALTER SYSTEM SET rlock.sync_replicas = '1'; ALTER SYSTEM RESET rlock.sync_timeout; SELECT pg_reload_conf()");
 ok(RlockTest::wait_until(sub { status($na, 'sync_connection') eq 'ready' }, 5),
@@ -262,7 +262,7 @@ $lose->quit;
 # Behind Sentinels a write refused with READONLY means the primary moved:
 # the acquisition did not run, and goes again to the primary the
 # Sentinels name next, here the same one.  A primary refusing for ever
-# ends in 08006 within the usual bound, without a hot loop.  The
+# ends in 58030 within the usual bound, without a hot loop.  The
 # Sentinels watch the primary through a relay that lies on request
 # (plain TCP only).
 unless ($tls)
@@ -292,8 +292,8 @@ unless ($tls)
 	my $n0 = $relay->commands;
 	my ($rrc, $rout, $rerr, $rtook) =
 	  RlockTest::timed_psql($nc, "SELECT rlock_try('ro:always')");
-	like($rerr, qr/ERROR:  08006: .*lock "ro:always"/,
-		'READONLY every time: 08006');
+	like($rerr, qr/ERROR:  58030: .*lock "ro:always"/,
+		'READONLY every time: 58030');
 	cmp_ok($rtook, '<', 2 + 1.5,
 		"within rlock.command_timeout + rlock.connect_timeout and a bound ($rtook s)");
 	my $sent = $relay->commands - $n0;
@@ -319,19 +319,19 @@ ok(RlockTest::wait_until(sub { status($nc, 'last_error') =~ /monitors no primary
 	'a primary the Sentinel does not know: rlock_status says so')
   or diag(status($nc, 'last_error'));
 fails_within($nc, 'unknown primary',
-	qr/ERROR:  08006: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at .*monitors no primary named "nosuch"/s);
+	qr/ERROR:  58030: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at .*monitors no primary named "nosuch"/s);
 
 my $dead_port = RlockTest::free_port();
 $dep->sentinel_cmd($_, 'SENTINEL', 'MONITOR', 'ghost', '127.0.0.1', $dead_port, 2)
   for 0 .. 2;
 $nc->safe_psql('postgres', "ALTER SYSTEM SET rlock.nodes = '" . $dep->nodes_setting . "'; ALTER SYSTEM SET rlock.sentinel_master = 'ghost'; SELECT pg_reload_conf()");
 fails_within($nc, 'a primary that is down',
-	qr/ERROR:  08006: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at 127\.0\.0\.1:$dead_port: .*refused/s);
+	qr/ERROR:  58030: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at 127\.0\.0\.1:$dead_port: .*refused/s);
 $dep->sentinel_cmd($_, 'SENTINEL', 'REMOVE', 'ghost') for 0 .. 2;
 
 $nc->safe_psql('postgres', "ALTER SYSTEM SET rlock.nodes = '127.0.0.1:$dead_port,127.0.0.1:" . RlockTest::free_port() . "'; ALTER SYSTEM SET rlock.sentinel_master = 'main'; SELECT pg_reload_conf()");
 fails_within($nc, 'no Sentinel up',
-	qr/ERROR:  08006: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at .*no Sentinel named the primary "main" yet; the last one tried, at 127\.0\.0\.1:\d+: .*refused/s);
+	qr/ERROR:  58030: could not reach Redis for lock "err:k"\n.*DETAIL:  No usable connection to Redis at .*no Sentinel named the primary "main" yet; the last one tried, at 127\.0\.0\.1:\d+: .*refused/s);
 
 # bad values are refused when set
 for my $bad (

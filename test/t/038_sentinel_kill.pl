@@ -264,8 +264,8 @@ my $t0 = time;
 $last->kill9;
 ($wout, $werr) = RlockTest::collect($waiter);
 my $took = time - $t0;
-like($werr, qr/ERROR:  08006: could not reach Redis for lock "kill:last"/,
-	'no Sentinel answers: the waiter fails with 08006');
+like($werr, qr/ERROR:  58030: could not reach Redis for lock "kill:last"/,
+	'no Sentinel answers: the waiter fails with 58030');
 cmp_ok($took, '<', 2 + 3, "within twice rlock.connect_timeout and a bound ($took s)");
 $waiter->query('ROLLBACK');
 $holder->query('ROLLBACK');

@@ -14,7 +14,7 @@
 #   primary;
 # - a slot migrated step by step while pgbench on two instances guards a
 #   key of it: ASK and MOVED followed, no two critical sections overlap;
-# - a primary frozen with the rest up: its keys fail with 08006 within the
+# - a primary frozen with the rest up: its keys fail with 58030 within the
 #   usual bound, the keys of the others keep working.
 
 use strict;
@@ -357,7 +357,7 @@ $tq->quit;
 #---- CLUSTERDOWN ----
 
 # A primary that lost one of its slots sees the cluster down and refuses
-# every key: its keys fail with 08006 within the usual bound, naming what
+# every key: its keys fail with 58030 within the usual bound, naming what
 # Redis said, with a pause between tries; the other primaries' keys work.
 my $down = $primaries[1];
 my $dk = $by_port{ $down->port }[2];
@@ -370,8 +370,8 @@ ok(RlockTest::wait_until(
 	'that primary sees the cluster down');
 my $retries1 = stat_of($na, 'cluster_retries');
 my ($drc, $dout, $derr, $dtook) = RlockTest::timed_psql($na, "SELECT rlock_try('$dk')");
-like($derr, qr/08006: .*\n.*DETAIL: .*CLUSTERDOWN/,
-	'a key of that primary fails with 08006, and the detail says CLUSTERDOWN');
+like($derr, qr/58030: .*\n.*DETAIL: .*CLUSTERDOWN/,
+	'a key of that primary fails with 58030, and the detail says CLUSTERDOWN');
 # acquisitions wait for the replica here (sync_replicas = auto): the
 # bound is command_timeout + connect_timeout + sync_timeout, 3 s
 cmp_ok($dtook, '<', 4, sprintf('within the bound (%.1f s)', $dtook));
@@ -394,7 +394,7 @@ my $t0 = time;
 my ($ret, $stdout, $stderr) = $na->psql('postgres',
 	"\\set VERBOSITY verbose\nSELECT rlock_try('$cold')");
 my $took = time - $t0;
-like($stderr, qr/08006/, "a key of the frozen primary fails with 08006");
+like($stderr, qr/58030/, "a key of the frozen primary fails with 58030");
 cmp_ok($took, '<', 4, sprintf('within command_timeout + connect_timeout + sync_timeout (%.1f s)', $took));
 is($na->safe_psql('postgres', "SELECT rlock_try('$warm')"), 't',
 	'a key of another primary is taken meanwhile');

@@ -8,7 +8,7 @@
 # - MOVED with a slot or a port out of range: the request fails with
 #   Redis's words, nothing followed;
 # - MOVED and ASK back to the same node for ever, MOVED to a node that
-#   does not answer: 08006 within the usual bound, at a bounded rate;
+#   does not answer: 58030 within the usual bound, at a bounded rate;
 # - an unasked sunsubscribe for a channel nobody waits on: ignored.
 # The worker is the same process at the end.
 
@@ -137,7 +137,7 @@ for my $loop ([ 'MOVED', "-MOVED 5 127.0.0.1:$relay\r\n" ],
 	my $n0 = $hostile->commands;
 	my ($rc, $out, $err, $took) = RlockTest::timed_psql($node, "BEGIN; SELECT rlock_try('h:loop'); COMMIT");
 	my $n = $hostile->commands - $n0;
-	like($err, qr/ERROR:  08006:/, "$what to the same node for ever: 08006")
+	like($err, qr/ERROR:  58030:/, "$what to the same node for ever: 58030")
 	  or diag("out: $out");
 	cmp_ok($took, '<', 4, sprintf('%s: within the bound (%.1f s)', $what, $took));
 	cmp_ok($n, '<', 1500, "$what: $n commands relayed meanwhile, not a hot loop");
@@ -148,7 +148,7 @@ relay_map();
 my $black_hole = RlockTest::free_port();	# nothing listens there
 $hostile->replace('rlock_command', $acquire, "-MOVED 5 127.0.0.1:$black_hole\r\n");
 my ($rc, $out, $err, $took) = RlockTest::timed_psql($node, "BEGIN; SELECT rlock_try('h:hole'); COMMIT");
-like($err, qr/ERROR:  08006:/, 'MOVED to a node that does not answer: 08006');
+like($err, qr/ERROR:  58030:/, 'MOVED to a node that does not answer: 58030');
 cmp_ok($took, '<', 4, sprintf('within the bound (%.1f s)', $took));
 relay_map();
 
