@@ -41,7 +41,7 @@ extern int64 rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno,
 extern int64 rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz rlock_arg_deadline(int64 us);
 
-/* utility.c: DROP EXTENSION refused while locks are held */
+/* utility.c: DROP EXTENSION refused while locks are held; statement ends */
 extern void rlock_utility_init(void);
 extern bool rlock_in_routine(void);
 
@@ -55,6 +55,7 @@ extern RlockStatus rlock_release_one(const char *key, int keylen,
 extern int	rlock_release_session_all(RlockStatus *status);
 extern int	rlock_held_count(const char *key, int keylen);
 extern int64 rlock_held_token(const char *key, int keylen);
+extern void rlock_xact_callback_first(void);
 
 /* request.c: the backend side of the request path */
 extern uint64 rlock_my_owner_id(void);

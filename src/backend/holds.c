@@ -109,11 +109,15 @@ static const char *xact_lost_key = NULL;
 static int	xact_lost_keylen = 0;
 static SubTransactionId xact_lost_subid = InvalidSubTransactionId;
 
+/* The check before commit (or PREPARE) was made for this transaction end */
+static bool xact_checked = false;
+
 /* Idle entries beyond this many are checked at transaction end */
 #define RLOCK_IDLE_PRUNE	64
 
 static void rlock_warn_outside_block(LocalHold *lh);
 static void rlock_xact_callback(XactEvent event, void *arg);
+static void rlock_xact_callback_check(XactEvent event, void *arg);
 static void rlock_subxact_callback(SubXactEvent event,
 								   SubTransactionId mySubid,
 								   SubTransactionId parentSubid, void *arg);
@@ -133,6 +137,7 @@ rlock_local_init(void)
 									 TopMemoryContext);
 
 	RegisterXactCallback(rlock_xact_callback, NULL);
+	RegisterXactCallback(rlock_xact_callback_check, NULL);
 	RegisterSubXactCallback(rlock_subxact_callback, NULL);
 	before_shmem_exit(rlock_exit_callback, (Datum) 0);
 }
@@ -943,26 +948,30 @@ rlock_verify_before_commit(void)
 	RlockStatus status;
 	int64		lost;
 
-	if (rlock_verify_at_commit == RLOCK_VERIFY_OFF)
-		return;
-
 	if (!dlist_is_empty(&xact_holds) &&
 		(rlock_verify_at_commit == RLOCK_VERIFY_ON ||
-		 !rlock_xact_holds_vouched()))
+		 (rlock_verify_at_commit == RLOCK_VERIFY_LEASE &&
+		  !rlock_xact_holds_vouched())))
 	{
 		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL, false,
 									GetCurrentTimestamp(), rlock_verify_margin,
 									false, false, &lost);
 		rlock_report_status(status, NULL, 0);
+	}
 
-		dlist_foreach_modify(iter, &xact_holds)
-		{
-			LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
+	/*
+	 * Losses the worker found, by that check or before it: with the check
+	 * off, those it knows of without asking (a forced release from this
+	 * instance, a renewal or release that found a hold gone) still fail
+	 * the commit.
+	 */
+	dlist_foreach_modify(iter, &xact_holds)
+	{
+		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
 
-			/* the error below reports the transaction's loss */
-			rlock_local_take_note(lh, true, false);
-			rlock_local_unpin_if_unused(lh);
-		}
+		/* the error below reports the transaction's loss */
+		rlock_local_take_note(lh, true, false);
+		rlock_local_unpin_if_unused(lh);
 	}
 	if (xact_lost_key != NULL)
 		ereport(ERROR,
@@ -972,6 +981,32 @@ rlock_verify_before_commit(void)
 									  strlen(rlock_prefix()))),
 				 errdetail("Its lease ran out, or it was removed from Redis, while the transaction held it."),
 				 errhint("Retry the transaction.  A lease longer than the work, or the watchdog (no lease), keeps the lock.")));
+}
+
+/*
+ * Make the check before commit the first pre-commit work PostgreSQL does,
+ * ahead of any other module's, which may not be undone: postgres_fdw
+ * commits its remote transactions at XACT_EVENT_PRE_COMMIT, and a commit
+ * that the check then failed would leave them committed.  PostgreSQL
+ * calls the callback registered last first, and a module registers on its
+ * first use in the session, which may come after rlock's: utility.c calls
+ * this after every statement while the transaction has something the
+ * check looks at, and the check has a callback of its own that moves to
+ * the front of the list.
+ *
+ * Moving it frees the old list item.  Should a statement end while
+ * PostgreSQL walks the list (another module running SQL from its own
+ * pre-commit callback), the walk may then pass the check by: the main
+ * callback, which never moves, makes the check then if it was not made.
+ */
+void
+rlock_xact_callback_first(void)
+{
+	if (local_holds == NULL ||
+		(dlist_is_empty(&xact_holds) && xact_lost_key == NULL))
+		return;
+	UnregisterXactCallback(rlock_xact_callback_check, NULL);
+	RegisterXactCallback(rlock_xact_callback_check, NULL);
 }
 
 /*
@@ -1011,28 +1046,51 @@ rlock_end_xact_holds(SubTransactionId subid)
 		rlock_wake_worker();
 }
 
+/*
+ * The check before a commit or a PREPARE, once per transaction end.
+ */
+static void
+rlock_check_before_end(XactEvent event)
+{
+	if (xact_checked)
+		return;
+	xact_checked = true;
+	if (event == XACT_EVENT_PRE_PREPARE && !dlist_is_empty(&xact_holds))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot PREPARE a transaction that holds transaction-scoped rlocks"),
+				 errhint("Release them first, or take session-scoped locks with rlock_session_lock().")));
+	/* before a PREPARE: a lock released earlier may have been lost */
+	rlock_verify_before_commit();
+}
+
+/*
+ * The callback that makes the check, kept first in PostgreSQL's list
+ * (rlock_xact_callback_first).
+ */
+static void
+rlock_xact_callback_check(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE)
+		rlock_check_before_end(event);
+}
+
 static void
 rlock_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
-			if (!dlist_is_empty(&xact_holds))
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-						 errmsg("cannot PREPARE a transaction that holds transaction-scoped rlocks"),
-						 errhint("Release them first, or take session-scoped locks with rlock_session_lock().")));
-			/* a lock released earlier may have been lost while held */
-			rlock_verify_before_commit();
-			break;
 		case XACT_EVENT_PRE_COMMIT:
-			rlock_verify_before_commit();
+			/* if the walk passed the check's own callback by */
+			rlock_check_before_end(event);
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			xact_checked = false;
 			rlock_forget_xact_loss();
 			rlock_abandon_request();
 			if (!dlist_is_empty(&xact_holds))

@@ -1,14 +1,19 @@
 /*-------------------------------------------------------------------------
  *
  * utility.c
- *		DROP EXTENSION rlock while sessions hold locks: refused; and
- *		whether a CALL or DO is running.
+ *		DROP EXTENSION rlock while sessions hold locks: refused; whether
+ *		a CALL or DO is running; the end of every statement.
  *
  * The library stays loaded (shared_preload_libraries) when the extension
  * is dropped, and so do the holds of running sessions: their locks would
  * stay in Redis, renewed, with no function left to release them early or
  * view to show them.  The drop is refused instead, as long as any session
  * of the instance holds an rlock lock.
+ *
+ * At the end of every statement (ExecutorEnd for queries, also those run
+ * by functions and triggers; ProcessUtility for the others) the check
+ * before commit is moved ahead of the pre-commit work of modules that
+ * registered since (holds.c, rlock_xact_callback_first).
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -19,12 +24,14 @@
  */
 #include "postgres.h"
 
+#include "executor/executor.h"
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
 
 #include "backend/backend.h"
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
+static ExecutorEnd_hook_type prev_executor_end = NULL;
 
 /* CALL and DO statements running in this session, nested or not */
 static int	routines_running = 0;
@@ -102,6 +109,17 @@ rlock_process_utility(PlannedStmt *pstmt, const char *queryString,
 			routines_running--;
 	}
 	PG_END_TRY();
+	rlock_xact_callback_first();
+}
+
+static void
+rlock_executor_end(QueryDesc *queryDesc)
+{
+	if (prev_executor_end)
+		prev_executor_end(queryDesc);
+	else
+		standard_ExecutorEnd(queryDesc);
+	rlock_xact_callback_first();
 }
 
 /*
@@ -115,11 +133,13 @@ rlock_in_routine(void)
 }
 
 /*
- * Install the hook (from _PG_init, with the library preloaded).
+ * Install the hooks (from _PG_init, with the library preloaded).
  */
 void
 rlock_utility_init(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = rlock_process_utility;
+	prev_executor_end = ExecutorEnd_hook;
+	ExecutorEnd_hook = rlock_executor_end;
 }

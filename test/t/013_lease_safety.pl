@@ -296,6 +296,25 @@ $s->query('COMMIT');
 like($s->{stderr}, qr/ERROR:  lock "ls:force" was lost before the transaction committed/,
 	'and its commit fails, with verify_at_commit = lease too');
 $s->{stderr} = '';
+
+# and with the check off: the worker knows of a forced release from this
+# instance without asking Redis, and the commit fails all the same
+$s->query_safe("SET rlock.verify_at_commit = off");
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:force')");
+is($node->safe_psql('postgres', "SELECT rlock_force_release('ls:force')"), 't',
+	'a lock removed while the check is off');
+$s->query('COMMIT');
+like($s->{stderr}, qr/ERROR:  lock "ls:force" was lost before the transaction committed/,
+	'its commit fails with verify_at_commit = off too');
+$s->{stderr} = '';
+# a lock removed by hand is not known without asking: off commits
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('ls:force')");
+$redis->cmd('DEL', 'ls:force');
+$s->query('COMMIT');
+is($s->{stderr}, '', 'a removal by hand is what off does not see: the commit goes through');
+$s->{stderr} = '';
 $s->query_safe("RESET rlock.verify_at_commit");
 
 $node->safe_psql('postgres', 'CREATE ROLE plain_user');
