@@ -234,7 +234,13 @@ worker_sync_hold(int index)
 	uint64		owner_id = 0;
 	bool		ready = rlock_conn_ready(rlock_hold_conn(index));
 
-	rlock_owners_note(index);
+	/*
+	 * The entry came off the ring: clear its flag before anything that
+	 * may fail (rlock_owners_note allocates), or a worker that died in
+	 * between would leave it flagged as queued, off the ring, and the
+	 * next one would never send it (worker_recover_holds queues only what
+	 * is not flagged).
+	 */
 	SpinLockAcquire(&h->mutex);
 	h->queued = false;
 	if (h->in_use && !h->acquiring)
@@ -259,6 +265,7 @@ worker_sync_hold(int index)
 	}
 	SpinLockRelease(&h->mutex);
 
+	rlock_owners_note(index);
 	if (send)
 		worker_send_release(index, target, lease_ms, owner_id);
 	else

@@ -932,6 +932,7 @@ worker_send_acquire(WorkerReq *req)
 	wc->hold = req->hold;
 	wc->target = target;
 	wc->lease_ms = worker_lease(req->lease_ms);
+	wc->want_token = req->want_token;
 	if (need > 0)
 	{
 		SyncConn   *sc = worker_sync_state(sync);
@@ -1452,6 +1453,16 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	{
 		worker_unknown_status(conn, wc, h->kind);
 		reply = NULL;			/* as good as lost */
+	}
+	else if (result.granted &&
+			 (wc->want_token ? result.value < 1 : result.value != 0))
+	{
+		/* INCR counts from 1; a token below that fences nothing */
+		rlock_conn_fail(conn, wc->want_token ?
+						"a grant with a fencing token below 1" :
+						"a grant with a fencing token nobody asked for");
+		memset(&result, 0, sizeof(result));
+		reply = NULL;
 	}
 	/* a grant that replicas must confirm waits for its WAIT */
 	syncing = result.granted && wc->sync_tag != 0;

@@ -54,6 +54,7 @@ typedef struct WorkerCmd
 								 * VERIFY: the sending it belongs to */
 	int64		lease_ms;		/* ACQUIRE, RELEASE, RENEW: lease sent;
 								 * VERIFY: the margin */
+	bool		want_token;		/* ACQUIRE: a fencing token was asked for */
 	int			handoff;		/* RELEASE: RLOCK_HANDED_OFF* */
 	RlockKind	kind;			/* RENEW, VERIFY: of every entry in the batch */
 	int			nholds;			/* RENEW, VERIFY: entries in the batch */

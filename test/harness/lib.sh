@@ -6,7 +6,7 @@
 # EXIT trap stops.
 
 RLOCK_PACKAGES="make gcc postgresql-15 postgresql-client-15 postgresql-server-dev-15
-libhiredis-dev libssl-dev openssl redis-server redis-sentinel libipc-run-perl clang python3-psycopg2
+libhiredis-dev libssl-dev openssl redis-server redis-sentinel libipc-run-perl clang python3-psycopg2 gdb
 libclang-rt-14-dev"
 
 # The interoperability tests' Java service: Redisson from Maven Central.

@@ -215,6 +215,15 @@ attack(
 	why => qr/an acquire \(lock kind plain\) answered with an unknown status/);
 
 attack(
+	name => 'a grant with a fencing token below 1',
+	setup => sub {
+		$hostile->replace('rlock_command', $acquire, "*2\r\n:1\r\n:-5\r\n");
+	},
+	sql => "SELECT rlock_try_token('h:7t', '0')",
+	outcome => $e58030,
+	why => qr/a grant with a fencing token below 1/);
+
+attack(
 	name => 'a holder query answered with elements of the wrong types',
 	setup => sub {
 		$hostile->replace('rlock_command', qr/^EVALSHA $sha{holder} /,
