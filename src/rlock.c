@@ -47,6 +47,7 @@ int			rlock_watchdog_timeout = 30000;
 int			rlock_max_key_length = 512;
 int			rlock_max_locks = 4096;
 int			rlock_max_locks_per_session = 256;
+int			rlock_superuser_reserved_locks = 8;
 int			rlock_verify_at_commit = RLOCK_VERIFY_ON;
 
 static const struct config_enum_entry verify_options[] = {
@@ -248,6 +249,14 @@ rlock_define_settings(void)
 							&rlock_max_locks_per_session,
 							256, 1, 1048576,
 							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.superuser_reserved_locks",
+							"Entries of the shared table of held locks kept for superusers.",
+							"Other roles are refused the last ones, so that sessions of one role cannot take every entry and leave a superuser unable to lock or to look; as superuser_reserved_connections does for connections.",
+							&rlock_superuser_reserved_locks,
+							8, 0, 1048576,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomEnumVariable("rlock.verify_at_commit",

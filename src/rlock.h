@@ -65,6 +65,7 @@ extern int	rlock_watchdog_timeout;
 extern int	rlock_max_key_length;
 extern int	rlock_max_locks;
 extern int	rlock_max_locks_per_session;
+extern int	rlock_superuser_reserved_locks;
 extern int	rlock_verify_at_commit;
 
 /* rlock.verify_at_commit */

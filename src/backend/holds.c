@@ -238,7 +238,16 @@ rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 	else
 	{
 		index = rlock_hold_alloc(rlock_my_owner_id(), kind, key, keylen,
-								 strlen(rlock_prefix()), &generation);
+								 strlen(rlock_prefix()),
+								 superuser() ? 0 : rlock_superuser_reserved_locks,
+								 &generation);
+		if (index == RLOCK_HOLD_TABLE_RESERVED)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of rlock lock table entries"),
+					 errdetail("The entries of the shared table of held locks still free are reserved for superusers (rlock.superuser_reserved_locks = %d).",
+							   rlock_superuser_reserved_locks),
+					 errhint("You might need to increase rlock.max_locks.")));
 		if (index < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OUT_OF_MEMORY),

@@ -311,6 +311,7 @@ typedef struct RlockShared
 
 	slock_t		holds_mutex;	/* protects the free list */
 	int			free_hold;		/* first free entry, or -1 */
+	int			nfree;			/* entries on the free list */
 
 	char	   *slots;			/* nslots slots of slot_size bytes */
 	char	   *holds;			/* nholds entries of hold_size bytes */
@@ -341,9 +342,11 @@ extern RlockSlot *rlock_slot(int index);
 extern RlockHold *rlock_hold(int index);
 extern void rlock_ring_push(int item);
 extern bool rlock_ring_pop(int *item);
+#define RLOCK_HOLD_TABLE_FULL		(-1)
+#define RLOCK_HOLD_TABLE_RESERVED	(-2)
 extern int	rlock_hold_alloc(uint64 owner_id, RlockKind kind,
 							 const char *key, int keylen, int prefixlen,
-							 uint32 *generation);
+							 int reserved, uint32 *generation);
 extern void rlock_hold_publish(int index, int32 nsession, int32 nxact,
 							   int64 token, TimestampTz acquired_at);
 extern bool rlock_hold_pin(int index, uint32 generation);

@@ -156,6 +156,7 @@ rlock_shmem_startup(void)
 			h->next_free = (i + 1 < s->nholds) ? i + 1 : -1;
 		}
 		s->free_hold = 0;
+		s->nfree = s->nholds;
 
 		SpinLockInit(&s->ring->mutex);
 		s->ring->head = 0;
@@ -223,25 +224,33 @@ rlock_ring_pop(int *item)
 
 /*
  * Allocate a hold entry for one key of this backend, pinned; the key's
- * first prefixlen bytes are the backend's rlock.key_prefix.  Returns -1
- * when the table is full; otherwise the index, with the entry's generation
- * in *generation.
+ * first prefixlen bytes are the backend's rlock.key_prefix.  The last
+ * "reserved" free entries are left to others (superusers).  Returns
+ * RLOCK_HOLD_TABLE_FULL or RLOCK_HOLD_TABLE_RESERVED when there is none
+ * to take; otherwise the index, with the entry's generation in
+ * *generation.
  */
 int
 rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
-				 int prefixlen, uint32 *generation)
+				 int prefixlen, int reserved, uint32 *generation)
 {
 	RlockHold  *h;
 	int			index;
 
 	SpinLockAcquire(&rlock_shared->holds_mutex);
 	index = rlock_shared->free_hold;
-	if (index >= 0)
+	if (index >= 0 && rlock_shared->nfree <= reserved)
+		index = RLOCK_HOLD_TABLE_RESERVED;
+	else if (index >= 0)
+	{
 		rlock_shared->free_hold = rlock_hold(index)->next_free;
+		rlock_shared->nfree--;
+		Assert(rlock_shared->nfree >= 0);
+	}
 	SpinLockRelease(&rlock_shared->holds_mutex);
 
 	if (index < 0)
-		return -1;
+		return index;
 
 	/* off the free list and not in use: nobody else reads the key now */
 	h = rlock_hold(index);
@@ -407,6 +416,7 @@ rlock_hold_try_free(int index)
 		SpinLockAcquire(&rlock_shared->holds_mutex);
 		h->next_free = rlock_shared->free_hold;
 		rlock_shared->free_hold = index;
+		rlock_shared->nfree++;
 		SpinLockRelease(&rlock_shared->holds_mutex);
 	}
 	return freed;
