@@ -7,6 +7,19 @@
 -- asked for the slot map, the primaries in it and the pub/sub namespace
 -- of unlock messages; rlock_stats counts the redirections followed.  The
 -- columns of 1.2 come first, unchanged.
+-- The grants made since the install on what this script makes again
+-- (DROP forgets them) are kept: saved here, set again at the end, with
+-- pg_init_privs left as a fresh install leaves it, so that pg_dump still
+-- dumps them as the user's.  A view of the user's using what is dropped
+-- makes the update fail (2BP01): drop it first, and make it again after
+-- (doc/operations.md says so).
+SELECT set_config('rlock_upgrade.function_rlock_status', coalesce(proacl::text, ''), true)
+FROM pg_catalog.pg_proc WHERE oid = 'rlock_status()'::regprocedure;
+SELECT set_config('rlock_upgrade.function_rlock_stats', coalesce(proacl::text, ''), true)
+FROM pg_catalog.pg_proc WHERE oid = 'rlock_stats()'::regprocedure;
+SELECT set_config('rlock_upgrade.table_rlock_stats', coalesce(relacl::text, ''), true)
+FROM pg_catalog.pg_class WHERE oid = 'rlock_stats'::regclass;
+
 DROP FUNCTION rlock_status();
 
 CREATE FUNCTION rlock_status(
@@ -71,3 +84,50 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE VIEW rlock_stats AS SELECT * FROM rlock_stats();
 GRANT SELECT ON rlock_stats TO PUBLIC;
+
+-- set again the grants saved above
+DO $$
+DECLARE
+    o record;
+    catalog regclass;
+    target oid;
+    saved aclitem[];
+    fresh aclitem[];
+    a record;
+BEGIN
+    FOR o IN SELECT * FROM (VALUES
+        ('FUNCTION', 'rlock_status()'),
+        ('FUNCTION', 'rlock_stats()'),
+        ('TABLE', 'rlock_stats')) AS t(kind, name)
+    LOOP
+        saved := nullif(current_setting('rlock_upgrade.' || lower(o.kind) ||
+                                        '_' || translate(o.name, '()', ''),
+                                        true), '')::aclitem[];
+        CONTINUE WHEN saved IS NULL;    -- the defaults, as made
+        IF o.kind = 'FUNCTION' THEN
+            catalog := 'pg_catalog.pg_proc';
+            target := o.name::regprocedure;
+        ELSE
+            catalog := 'pg_catalog.pg_class';
+            target := o.name::regclass;
+        END IF;
+        SELECT initprivs INTO fresh FROM pg_catalog.pg_init_privs
+        WHERE classoid = catalog AND objoid = target AND objsubid = 0;
+        EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC', o.kind, o.name);
+        FOR a IN SELECT * FROM aclexplode(saved) LOOP
+            EXECUTE format('GRANT %s ON %s %s TO %s%s',
+                           a.privilege_type, o.kind, o.name,
+                           CASE a.grantee WHEN 0 THEN 'PUBLIC'
+                           ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
+                           CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION'
+                           ELSE '' END);
+        END LOOP;
+        -- those grants are the user's, not the extension's own
+        DELETE FROM pg_catalog.pg_init_privs
+        WHERE classoid = catalog AND objoid = target AND objsubid = 0;
+        IF fresh IS NOT NULL THEN
+            INSERT INTO pg_catalog.pg_init_privs
+            VALUES (target, catalog, 0, 'e', fresh);
+        END IF;
+    END LOOP;
+END $$;

@@ -193,16 +193,63 @@ DROP ROLE err_app;
 ALTER EXTENSION rlock UPDATE TO '1.2';
 SELECT acquired IS NOT NULL AS stats_1_2 FROM rlock_stats;
 SELECT topology AS status_1_2 FROM rlock_status();
+-- an update keeps the grants made since the install on what it makes
+-- again, and pg_dump still sees them as the user's (pg_init_privs as a
+-- fresh install has it): here the 25 columns of 1.3's rlock_status() and
+-- 22 of its rlock_stats
+CREATE ROLE err_monitor;
+REVOKE EXECUTE ON FUNCTION rlock_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rlock_status() TO err_monitor;
+REVOKE SELECT ON rlock_stats FROM PUBLIC;
+GRANT SELECT ON rlock_stats TO err_monitor;
+ALTER EXTENSION rlock UPDATE TO '1.3';
+SELECT cluster_pubsub IS NULL AS status_1_3 FROM rlock_status();
+SELECT has_function_privilege('err_monitor', 'rlock_status()', 'EXECUTE') AS monitor_may,
+       has_function_privilege('public', 'rlock_status()', 'EXECUTE') AS public_may,
+       has_table_privilege('err_monitor', 'rlock_stats', 'SELECT') AS monitor_reads,
+       has_table_privilege('public', 'rlock_stats', 'SELECT') AS public_reads;
+SELECT count(*) AS public_select_as_installed FROM pg_init_privs p,
+LATERAL aclexplode(p.initprivs) a
+WHERE p.objoid = 'rlock_stats'::regclass AND a.grantee = 0;
+-- a view using rlock_status() stops the update, which changes nothing
+CREATE VIEW err_status_view AS SELECT worker_pid FROM rlock_status();
+CREATE VIEW err_stats_view AS SELECT acquired FROM rlock_stats;
+-- doc/operations.md's query finds them
+SELECT DISTINCT v.oid::regclass AS view_to_drop_first
+FROM pg_depend d
+JOIN pg_rewrite r ON r.oid = d.objid AND d.classid = 'pg_rewrite'::regclass
+JOIN pg_class v ON v.oid = r.ev_class
+WHERE d.refobjid IN ('rlock_status()'::regprocedure, 'rlock_stats()'::regprocedure,
+                     'rlock_stats'::regclass)
+  AND v.oid <> 'rlock_stats'::regclass
+ORDER BY 1;
+DROP VIEW err_stats_view;
+ALTER EXTENSION rlock UPDATE TO '1.4';
+\echo :LAST_ERROR_SQLSTATE
+SELECT extversion FROM pg_extension WHERE extname = 'rlock';
+DROP VIEW err_status_view;
+ALTER EXTENSION rlock UPDATE TO '1.4';
+SELECT has_function_privilege('err_monitor', 'rlock_status()', 'EXECUTE') AS monitor_may,
+       has_function_privilege('public', 'rlock_status()', 'EXECUTE') AS public_may;
+SELECT count(*) AS init_privs_of_status FROM pg_init_privs
+WHERE objoid = 'rlock_status()'::regprocedure;
+SELECT sync_wait IS NOT NULL AS status_1_4 FROM rlock_status();
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
+DROP ROLE err_monitor;
 CREATE EXTENSION rlock;
 SELECT extversion FROM pg_extension WHERE extname = 'rlock';
+SELECT count(*) AS init_privs_of_status_fresh FROM pg_init_privs
+WHERE objoid = 'rlock_status()'::regprocedure;
 -- 1.2's rlock_status() adds the topology and the sync connection
 SELECT topology, sentinel, sentinels_known, last_failover, sync_connection
 FROM rlock_status();
 -- 1.3's adds a Redis Cluster's, and rlock_stats its redirections
 SELECT cluster_node, cluster_primaries, cluster_pubsub FROM rlock_status();
 SELECT cluster_moved, cluster_ask, cluster_retries FROM rlock_stats;
+-- 1.4's what acquisitions wait for and the replicas confirming
+SELECT sync_wait, replicas_confirming, last_sync_failure,
+       last_sync_failure_at FROM rlock_status();
 SELECT count(*) AS granted_to_public FROM pg_proc p
 JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'rlock'

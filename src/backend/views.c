@@ -467,8 +467,8 @@ rlock_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
 	RlockWorkerStatus st;
-	Datum		values[25];
-	bool		nulls[25];
+	Datum		values[29];
+	bool		nulls[29];
 	pid_t		pid;
 	int			in_use = 0;
 	int			waiting = 0;
@@ -568,6 +568,19 @@ rlock_status(PG_FUNCTION_ARGS)
 										 st.cluster_pubsub == RLOCK_PUBSUB_SHARDED ?
 										 "sharded" : "classic");
 		nulls[24] = (pid == 0 || !cluster);
+	}
+
+	/* the columns of 1.4: what acquisitions wait for, replicas confirming */
+	if (tupdesc->natts >= 29)
+	{
+		values[25] = CStringGetTextDatum(st.sync_wait);
+		nulls[25] = (pid == 0 || st.sync_wait[0] == '\0');
+		values[26] = Int32GetDatum(st.sync_acks);
+		nulls[26] = (pid == 0 || st.sync_acks < 0);
+		values[27] = CStringGetTextDatum(st.sync_failure);
+		nulls[27] = (st.sync_failure[0] == '\0');
+		values[28] = TimestampTzGetDatum(st.sync_failure_at);
+		nulls[28] = (st.sync_failure_at == 0);
 	}
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

@@ -123,6 +123,17 @@ static char redis_role[16];
 static char last_error[RLOCK_DETAIL_LEN];
 static TimestampTz last_error_at = 0;
 
+/* Replicas confirming acquisitions: the latest WAIT's answer (-1: none
+ * yet), the latest acquisition undone for want of them */
+static int	sync_acks = -1;
+static char sync_failure[RLOCK_DETAIL_LEN];
+static TimestampTz sync_failure_at = 0;
+
+/* Logged already: ROLE refused (INFO replication asked instead), and the
+ * replicas not known at all */
+static bool role_refused_logged = false;
+static bool replicas_refused_warned = false;
+
 static void conn_close(RlockConn *conn, const char *reason, bool first_cause);
 static bool conn_wanted(RlockConn *conn, const char **why);
 
@@ -152,6 +163,79 @@ rlock_redis_status_server(const char *version, const char *role)
 	if (role != NULL)
 		strlcpy(redis_role, role, sizeof(redis_role));
 	status_dirty = true;
+}
+
+/*
+ * Redis refused ROLE on "conn" ("both": and INFO replication too), which
+ * tell the primary's replicas.  Said once in the log: with INFO rlock
+ * counts them as well; without either, rlock.sync_replicas = auto cannot,
+ * and acquisitions are not confirmed by replicas (rlock_status() shows
+ * it while it lasts).
+ */
+void
+rlock_redis_status_sync_note(RlockConn *conn, const char *error, bool both)
+{
+	if (!both && !role_refused_logged)
+	{
+		role_refused_logged = true;
+		ereport(LOG,
+				(errmsg("rlock counts the replicas of Redis at %s with INFO replication: ROLE was refused",
+						conn->server->address),
+				 errdetail_internal("%s", error)));
+	}
+	if (both && !replicas_refused_warned &&
+		rlock_sync_replicas == RLOCK_SYNC_AUTO)
+	{
+		replicas_refused_warned = true;
+		ereport(WARNING,
+				(errmsg("rlock cannot tell whether Redis at %s has replicas: ROLE and INFO replication were refused",
+						conn->server->address),
+				 errdetail("With rlock.sync_replicas = auto, acquisitions are not confirmed by replicas while this lasts. Redis said: %s",
+						   error),
+				 errhint("Allow the Redis user rlock connects as ROLE or INFO, or set rlock.sync_replicas to the number of replicas that must confirm.")));
+	}
+	status_dirty = true;
+}
+
+/*
+ * An acquisition was undone: too few replicas confirmed it.  rlock_status()
+ * shows the latest.
+ */
+void
+rlock_redis_sync_failed(const char *detail)
+{
+	strlcpy(sync_failure, detail, sizeof(sync_failure));
+	sync_failure_at = GetCurrentTimestamp();
+	status_dirty = true;
+}
+
+/*
+ * What an acquisition waits for now, for rlock_status(): "off", the
+ * number of replicas, or why nothing.
+ */
+static void
+status_sync_wait(char *buf, size_t size, RlockConn *sync)
+{
+	RlockConn  *cmd = sync->group[RLOCK_USE_COMMAND];
+	int			ask;
+	int			need;
+
+	if (rlock_sync_replicas == RLOCK_SYNC_OFF)
+		strlcpy(buf, "off", size);
+	else if (rlock_redis_cluster())
+		snprintf(buf, size, rlock_sync_replicas > 0 ?
+				 "%d replicas of the key's primary" :
+				 "1 replica of the key's primary, where it has one",
+				 rlock_sync_replicas);
+	else if ((need = rlock_redis_sync_need(sync, &ask)) > 0)
+		snprintf(buf, size, need == 1 ? "%d replica" : "%d replicas", need);
+	else if (cmd->replicas_refused || sync->replicas_refused)
+		strlcpy(buf, "nothing: replicas not known (ROLE and INFO refused)",
+				size);
+	else if (cmd->replicas < 0)
+		strlcpy(buf, "nothing: replicas not known yet", size);
+	else
+		strlcpy(buf, "nothing: no replica", size);
 }
 
 /*
@@ -210,6 +294,10 @@ rlock_redis_status_publish(int channels)
 	st->sync_state = sync_state;
 	st->replicas = sync->state == RLOCK_CONN_READY && sync->replicas >= 0 ?
 		sync->replicas : cmd->replicas;
+	status_sync_wait(st->sync_wait, sizeof(st->sync_wait), sync);
+	st->sync_acks = sync_acks;
+	strlcpy(st->sync_failure, sync_failure, sizeof(st->sync_failure));
+	st->sync_failure_at = sync_failure_at;
 	rlock_sentinel_status(st);
 	st->cluster_primaries = 0;
 	st->cluster_map_known = false;
@@ -596,8 +684,11 @@ rlock_redis_conn(RlockConnUse use)
 
 /*
  * How many replicas must confirm an acquisition now, and (*ask) how many
- * WAIT asks for; 0 when acquisitions are not synced.  With "auto" that is
- * every replica the primary listed in its latest ROLE, needing one.
+ * WAIT asks for; 0 when acquisitions are not synced.  With "auto", one,
+ * as Redisson needs, when the primary listed any in its latest ROLE (or
+ * INFO).  Redisson asks WAIT for every replica and so waits for the
+ * slowest, up to the timeout, each time one lags; asking for one, WAIT
+ * answers as soon as the first confirms.
  */
 int
 rlock_redis_sync_need(RlockConn *sync, int *ask)
@@ -617,7 +708,7 @@ rlock_redis_sync_need(RlockConn *sync, int *ask)
 		sync->replicas : cmd->replicas;
 	if (replicas <= 0)
 		return 0;
-	*ask = replicas;
+	*ask = 1;
 	return 1;
 }
 
@@ -639,6 +730,11 @@ rlock_redis_sync_fence_owed(RlockConn *sync)
 void
 rlock_redis_sync_acks(RlockConn *sync, int acks)
 {
+	if (acks != sync_acks)
+	{
+		sync_acks = acks;
+		status_dirty = true;
+	}
 	if (acks > sync->replicas && sync->state == RLOCK_CONN_READY)
 	{
 		sync->replicas = acks;

@@ -52,6 +52,7 @@ typedef enum HandshakeStep
 	STEP_FENCE,					/* CLIENT KILL ID of the previous one */
 	STEP_SCRIPT_LOAD,
 	STEP_ROLE,
+	STEP_INFO_REPLICATION,		/* ROLE refused: the role and replicas */
 	STEP_PING
 } HandshakeStep;
 
@@ -484,6 +485,19 @@ handshake_warn_fence(RlockConn *conn, const RlockReply *reply)
 }
 
 /*
+ * A primary's replicas are now known, or not: remember, and say when
+ * that changed.
+ */
+static void
+handshake_set_replicas(RlockConn *conn, int replicas, bool refused)
+{
+	if (conn->replicas != replicas || conn->replicas_refused != refused)
+		rlock_redis_status_touch();
+	conn->replicas = replicas;
+	conn->replicas_refused = refused;
+}
+
+/*
  * ROLE: a replica is refused; a primary lists its connected replicas
  * (["master", offset, [[ip, port, offset], ...]]), which "auto" syncing
  * waits for.
@@ -509,12 +523,64 @@ handshake_role_reply(RlockConn *conn, const RlockReply *reply)
 		if (reply->elements >= 3 &&
 			reply->element[2]->type == RLOCK_REPLY_ARRAY)
 			replicas = reply->element[2]->elements;
-		if (conn->replicas != replicas)
-			rlock_redis_status_touch();
-		conn->replicas = replicas;
+		handshake_set_replicas(conn, replicas, false);
 	}
 	else
 		handshake_refuse_server(conn, NULL, role);
+}
+
+/*
+ * ROLE was refused (an ACL without it): ask INFO replication instead,
+ * which Redisson reads for the same, for the role and the replicas.
+ */
+static void
+handshake_role_refused(RlockConn *conn, const RlockReply *reply)
+{
+	RlockArgs  *args = handshake_args_reset();
+
+	rlock_redis_status_sync_note(conn, reply->str, false);
+	rlock_args_cstr(args, "INFO");
+	rlock_args_cstr(args, "replication");
+	conn->role_inflight = handshake_send(conn, STEP_INFO_REPLICATION,
+										 RLOCK_SHAPE_STRING, 0);
+}
+
+/*
+ * INFO replication, after ROLE was refused: the same gate and count,
+ * from "role:" and "connected_slaves:".  Refused as well, the replicas
+ * stay unknown, which rlock.sync_replicas = auto takes for none
+ * (rlock_status() and the log say so).
+ */
+static void
+handshake_info_replication_reply(RlockConn *conn, const RlockReply *reply)
+{
+	char		role[16];
+	char		count[16];
+
+	conn->role_inflight = false;
+	if (reply->type == RLOCK_REPLY_ERROR)
+	{
+		rlock_redis_status_sync_note(conn, reply->str, true);
+		handshake_set_replicas(conn, -1, true);
+		return;
+	}
+	if (!handshake_info_field(reply->str, "role", role, sizeof(role)))
+		role[0] = '\0';
+	if (conn->use == RLOCK_USE_COMMAND)
+		rlock_redis_status_server(NULL, role);
+	if (strcmp(role, "master") != 0)
+	{
+		/* INFO says "slave" where ROLE says it */
+		handshake_refuse_server(conn, NULL, role);
+		return;
+	}
+	if (handshake_info_field(reply->str, "connected_slaves", count,
+							 sizeof(count)) &&
+		strspn(count, "0123456789") == strlen(count) && strlen(count) > 0 &&
+		strlen(count) < 6)
+		handshake_set_replicas(conn, atoi(count), false);
+	else
+		handshake_set_replicas(conn, -1, false);
 }
 
 /*
@@ -529,6 +595,16 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 
 	if (hc->step == STEP_ROLE)
 		conn->role_inflight = false;
+	if (hc->step == STEP_INFO_REPLICATION)
+	{
+		handshake_info_replication_reply(conn, reply);
+		return;
+	}
+	if (hc->step == STEP_ROLE && reply->type == RLOCK_REPLY_ERROR)
+	{
+		handshake_role_refused(conn, reply);
+		return;
+	}
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
 		if (hc->step == STEP_CLIENT_ID)

@@ -200,6 +200,7 @@ extern const char *rlock_conn_address(RlockConn *conn);
 extern RlockConn *rlock_redis_sync_for(const char *key, int keylen);
 extern int	rlock_redis_sync_need(RlockConn *sync, int *ask);
 extern void rlock_redis_sync_acks(RlockConn *sync, int acks);
+extern void rlock_redis_sync_failed(const char *detail);
 extern bool rlock_redis_sync_fence_owed(RlockConn *sync);
 extern void **rlock_conn_worker_data(RlockConn *conn);
 extern bool rlock_redis_conn_wanted(RlockConn *conn);

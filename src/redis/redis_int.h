@@ -210,7 +210,10 @@ struct RlockConn
 												 * known */
 	int64		client_id;		/* CLIENT ID of this connection, 0 if not
 								 * known */
-	int			replicas;		/* replicas ROLE listed, -1 if not known */
+	int			replicas;		/* replicas ROLE (or INFO replication)
+								 * listed, -1 if not known */
+	bool		replicas_refused;	/* Redis refused both ROLE and INFO
+									 * replication: replicas not known */
 	int64		fence_id;		/* in a cluster: CLIENT ID of the latest
 								 * connection made, for the next one's fence */
 	char		fence_run_id[RLOCK_RUN_ID_LEN + 1];
@@ -245,6 +248,8 @@ extern void rlock_conn_violation(RlockConn *conn, RlockViolation why,
 extern bool rlock_conn_unanswered(RlockConn *conn);
 extern void rlock_conn_became_ready(RlockConn *conn);
 extern void rlock_redis_status_server(const char *version, const char *role);
+extern void rlock_redis_status_sync_note(RlockConn *conn, const char *error,
+										 bool both);
 
 /* handshake.c */
 extern void rlock_handshake_begin(RlockConn *conn);

@@ -272,6 +272,12 @@ typedef struct RlockWorkerStatus
 	int			topology;		/* RlockTopology */
 	int			sync_state;		/* RlockConnState; -1 when not in use */
 	int			replicas;		/* the primary's replicas; -1 if not known */
+	char		sync_wait[64];	/* what an acquisition waits for now */
+	int			sync_acks;		/* the latest WAIT's answer, -1 if none */
+	char		sync_failure[RLOCK_DETAIL_LEN];	/* the latest acquisition
+												 * undone for too few
+												 * confirmations */
+	TimestampTz sync_failure_at;
 	char		sentinel[RLOCK_ADDRESS_LEN];	/* the Sentinel asked, "" if
 												 * none */
 	int			sentinels_known;

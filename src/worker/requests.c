@@ -1040,6 +1040,7 @@ worker_sync_settle(WorkerCmd *wc, int64 acks, const RlockReply *reply)
 				 INT64_FORMAT " of the %d replicas needed confirmed it within rlock.sync_timeout (%d ms) at %s; the acquisition was undone.",
 				 acks, wc->sync_need, rlock_sync_timeout,
 				 rlock_conn_address(worker_hold_sync_conn(wc->hold)));
+		rlock_redis_sync_failed(detail);
 		worker_complete(req, RLOCK_STATUS_NOT_SYNCED, 0, detail);
 	}
 }

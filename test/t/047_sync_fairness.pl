@@ -51,7 +51,6 @@ $node->append_conf('postgresql.conf', 'rlock.sync_replicas = auto');
 $node->reload;
 ok(RlockTest::wait_until(sub { status('sync_connection') eq 'ready' }, 20),
 	'back to auto: acquisitions wait for the replica');
-my $before = $replica->cmd('INFO', 'stats');
 my $auto = RlockTest::hot_key_load($node, 'fair:hot');
 note sprintf('auto: %d transactions, fewest per client %d, longest %.0f ms',
 	$auto->{total}, $auto->{min_count}, $auto->{max_ms});
@@ -112,7 +111,7 @@ ok(RlockTest::wait_until(
 ok(RlockTest::waiting_in_sql($relayed, 'hand:k'), 'B waits in line');
 
 is($proxy->hold('rlock_command'), 1, 'the command connection is held back');
-my $before = count_tries();
+my $tries_before = count_tries();
 RlockTest::send_query($a, "SELECT rlock_session_release('hand:k');");
 RlockTest::send_query($c, "SELECT rlock_session_try('hand:k', '8 s');");
 ok(RlockTest::wait_until(
@@ -124,7 +123,7 @@ ok(RlockTest::wait_until(
 		10),
 	'C is in line too');
 # a try goes on the sync connection, which is not held back
-ok(!RlockTest::wait_until(sub { count_tries() > $before }, 1),
+ok(!RlockTest::wait_until(sub { count_tries() > $tries_before }, 1),
 	'while the release is unanswered, neither B (handed the lock) nor C (behind B) tries');
 is(scalar @{ $redis->owners('hand:k') }, 1, 'A still holds the lock in Redis');
 

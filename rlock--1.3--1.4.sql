@@ -1,0 +1,99 @@
+/* rlock--1.3--1.4.sql */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION rlock UPDATE TO '1.4'" to load this file. \quit
+
+-- rlock_status() shows what an acquisition waits for (rlock.sync_replicas),
+-- how many replicas confirmed the latest one, and the latest acquisition
+-- undone for too few confirmations.  The columns of 1.3 come first,
+-- unchanged.
+
+-- The grants made since the install on what this script makes again
+-- (DROP forgets them) are kept: saved here, set again at the end, with
+-- pg_init_privs left as a fresh install leaves it, so that pg_dump still
+-- dumps them as the user's.  A view of the user's using what is dropped
+-- makes the update fail (2BP01): drop it first, and make it again after
+-- (doc/operations.md says so).
+SELECT set_config('rlock_upgrade.function_rlock_status', coalesce(proacl::text, ''), true)
+FROM pg_catalog.pg_proc WHERE oid = 'rlock_status()'::regprocedure;
+
+DROP FUNCTION rlock_status();
+
+CREATE FUNCTION rlock_status(
+    OUT worker_pid integer,
+    OUT instance_owner text,
+    OUT redis_address text,
+    OUT command_connection text,
+    OUT subscriber_connection text,
+    OUT connection_since timestamptz,
+    OUT redis_version text,
+    OUT redis_role text,
+    OUT subscribed_channels integer,
+    OUT locks_in_use integer,
+    OUT max_locks integer,
+    OUT waiting integer,
+    OUT last_error text,
+    OUT last_error_at timestamptz,
+    OUT topology text,
+    OUT sentinel text,
+    OUT sentinels_known integer,
+    OUT sentinels_reachable integer,
+    OUT last_failover text,
+    OUT last_failover_at timestamptz,
+    OUT sync_connection text,
+    OUT replicas integer,
+    OUT cluster_node text,
+    OUT cluster_primaries integer,
+    OUT cluster_pubsub text,
+    OUT sync_wait text,
+    OUT replicas_confirming integer,
+    OUT last_sync_failure text,
+    OUT last_sync_failure_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'rlock_status'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- set again the grants saved above
+DO $$
+DECLARE
+    o record;
+    catalog regclass;
+    target oid;
+    saved aclitem[];
+    fresh aclitem[];
+    a record;
+BEGIN
+    FOR o IN SELECT * FROM (VALUES
+        ('FUNCTION', 'rlock_status()')) AS t(kind, name)
+    LOOP
+        saved := nullif(current_setting('rlock_upgrade.' || lower(o.kind) ||
+                                        '_' || translate(o.name, '()', ''),
+                                        true), '')::aclitem[];
+        CONTINUE WHEN saved IS NULL;    -- the defaults, as made
+        IF o.kind = 'FUNCTION' THEN
+            catalog := 'pg_catalog.pg_proc';
+            target := o.name::regprocedure;
+        ELSE
+            catalog := 'pg_catalog.pg_class';
+            target := o.name::regclass;
+        END IF;
+        SELECT initprivs INTO fresh FROM pg_catalog.pg_init_privs
+        WHERE classoid = catalog AND objoid = target AND objsubid = 0;
+        EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC', o.kind, o.name);
+        FOR a IN SELECT * FROM aclexplode(saved) LOOP
+            EXECUTE format('GRANT %s ON %s %s TO %s%s',
+                           a.privilege_type, o.kind, o.name,
+                           CASE a.grantee WHEN 0 THEN 'PUBLIC'
+                           ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
+                           CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION'
+                           ELSE '' END);
+        END LOOP;
+        -- those grants are the user's, not the extension's own
+        DELETE FROM pg_catalog.pg_init_privs
+        WHERE classoid = catalog AND objoid = target AND objsubid = 0;
+        IF fresh IS NOT NULL THEN
+            INSERT INTO pg_catalog.pg_init_privs
+            VALUES (target, catalog, 0, 'e', fresh);
+        END IF;
+    END LOOP;
+END $$;
