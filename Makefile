@@ -61,8 +61,9 @@ $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 LUA_HEADERS = src/kinds/plain/scripts.h src/worker/scripts.h
 EXTRA_CLEAN = $(LUA_HEADERS)
 src/kinds/plain/plain.o src/kinds/plain/plain.bc: src/kinds/plain/scripts.h
-src/kinds/plain/scripts.h: src/kinds/embed-lua $(wildcard src/kinds/plain/*.lua)
-	src/kinds/embed-lua $(filter %.lua,$^) >$@
+src/kinds/plain/scripts.h: src/kinds/embed-lua $(wildcard src/kinds/plain/*.lua) \
+		src/kinds/shape.lua
+	src/kinds/embed-lua $(filter src/kinds/plain/%.lua,$^) >$@
 # and the worker's own
 src/worker/registry.o src/worker/registry.bc: src/worker/scripts.h
 src/worker/scripts.h: src/kinds/embed-lua $(wildcard src/worker/*.lua)

@@ -335,7 +335,8 @@ rlock_is_locked(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
 
-	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_OP_EXISTS, &key) > 0);
+	/* the lease left, -1 for none; -2: no lock (see probe.lua) */
+	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_OP_EXISTS, &key) >= -1);
 }
 
 Datum
@@ -344,7 +345,8 @@ rlock_ttl(PG_FUNCTION_ARGS)
 	RlockKey	key;
 	int64		value = rlock_key_query(fcinfo, RLOCK_OP_PTTL, &key);
 
-	/* -2: no such key; -1: a key without expiry */
+	/* -2: no lock (no key, or one not shaped like a lock); -1: a lock
+	 * without expiry */
 	if (value < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INTERVAL_P(rlock_ms_interval(value));

@@ -95,6 +95,11 @@ typedef struct RlockKindMethod
 	/* whether the reply says hold i is still there */
 	RlockBatchResult (*batch_result) (const RlockReply *reply, int i);
 
+	/* the lease left in ms of a key shaped like a lock (-1: none), -2 for
+	 * any other key; the reply is that integer */
+	void		(*probe) (RlockArgs *args, RlockCmd *cmd, const char *key,
+						  int keylen);
+
 	/* remove the lock whoever holds it, and wake its waiters; the reply
 	 * is an integer, 1 if there was one */
 	void		(*force) (RlockArgs *args, RlockCmd *cmd, const char *key,

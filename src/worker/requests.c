@@ -1167,21 +1167,15 @@ worker_send_query(WorkerReq *req)
 												  req->keylen);
 			break;
 		case RLOCK_OP_EXISTS:
-			rlock_args_cstr(args, "EXISTS");
-			wc->cmd.shape = RLOCK_SHAPE_INTEGER;
-			break;
 		case RLOCK_OP_PTTL:
-			rlock_args_cstr(args, "PTTL");
-			wc->cmd.shape = RLOCK_SHAPE_INTEGER;
+			rlock_kinds[RLOCK_KIND_PLAIN]->probe(args, &wc->cmd, req->key,
+												 req->keylen);
 			break;
 		default:
 			rlock_args_cstr(args, "PING");
 			wc->cmd.shape = RLOCK_SHAPE_PONG;
 			break;
 	}
-	if (req->key != NULL && req->op != RLOCK_OP_FORCE &&
-		req->op != RLOCK_OP_HOLDER)
-		rlock_args_add(args, req->key, req->keylen);
 	wc->slot = worker_slot_of(req);
 	wc->seq = req->seq;
 	wc->hold = req->hold;
@@ -1699,7 +1693,7 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	worker_note_answered(req);
 	if (reply->type == RLOCK_REPLY_ERROR &&
 		rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT &&
-		(req->op == RLOCK_OP_FORCE || req->op == RLOCK_OP_HOLDER) &&
+		req->op != RLOCK_OP_RELEASE && req->op != RLOCK_OP_BARRIER &&
 		worker_noscript_retry(conn, req, wc))
 		return;
 	if (req->op == RLOCK_OP_HOLDER && reply->type != RLOCK_REPLY_ERROR)

@@ -388,6 +388,28 @@ sub hot_key_load
 	return \%r;
 }
 
+# The text of a Lua script as Redis runs it: each line "--@include
+# <file>" replaced by that file's code on one line, as src/kinds/embed-lua
+# does.
+sub script_text
+{
+	my ($path) = @_;
+	my $dir = $path =~ s{/[^/]*$}{}r;
+	my $text = '';
+	for my $line (split /^/, PostgreSQL::Test::Utils::slurp_file($path))
+	{
+		if ($line =~ /^--\@include (\S+)$/)
+		{
+			my @code = grep { !/^\s*--/ && /\S/ }
+			  split /\n/, PostgreSQL::Test::Utils::slurp_file("$dir/$1");
+			s/^\s+// for @code;
+			$line = join(' ', @code) . "\n";
+		}
+		$text .= $line;
+	}
+	return $text;
+}
+
 # Build test/unit/$name.c (test/unit/README.md) and return the program's
 # path; bails out when it does not build.
 sub unit_program

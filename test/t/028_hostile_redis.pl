@@ -43,12 +43,10 @@ my $max_rss_kb = 64 * 1024;
 
 # the scripts, told apart by their digests
 my %sha;
-for my $name (qw(acquire release renew verify force holder))
+for my $name (qw(acquire release renew verify force holder probe))
 {
-	my $file = ($ENV{TESTDIR} // '.') . "/src/kinds/plain/$name.lua";
-	open(my $fh, '<', $file) or die "$file: $!";
-	local $/;
-	$sha{$name} = sha1_hex(<$fh>);
+	$sha{$name} = sha1_hex(RlockTest::script_text(
+			($ENV{TESTDIR} // '.') . "/src/kinds/plain/$name.lua"));
 }
 my $acquire = qr/^EVALSHA $sha{acquire} /;
 
@@ -281,17 +279,17 @@ attack(
 	outcome => qr/ERROR:  58030: could not reach Redis for lock "h:mute"\n.*DETAIL:  Redis at [^\n]* did not answer within rlock.command_timeout \+ rlock.connect_timeout \(2000 ms\)/s);
 
 attack(
-	name => 'EXISTS answered with a string',
+	name => 'a probe (rlock_is_locked) answered with a string',
 	setup => sub {
-		$hostile->replace('rlock_command', qr/^EXISTS /, "\$1\r\nx\r\n");
+		$hostile->replace('rlock_command', qr/^EVALSHA $sha{probe} /, "\$1\r\nx\r\n");
 	},
 	sql => "SELECT rlock_is_locked('h:8')",
 	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(a string of 1 bytes\)/);
 
 attack(
-	name => 'PTTL answered with an array',
-	setup => sub { $hostile->replace('rlock_command', qr/^PTTL /, "*0\r\n") },
+	name => 'a probe (rlock_ttl) answered with an array',
+	setup => sub { $hostile->replace('rlock_command', qr/^EVALSHA $sha{probe} /, "*0\r\n") },
 	sql => "SELECT rlock_ttl('h:9')",
 	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(an array of 0 elements\)/);

@@ -8,12 +8,14 @@
 -- itself (rlock_instance:{<uuid>}, see src/worker/registry.c), that
 -- instance's name and the session's pid, else false; the lease left in
 -- ms; how many owners the hash has (1 for a lock held as Redisson holds
--- it).  The "mode" field is not an owner (see acquire.lua).  The registry
--- is read whatever its type: anything but a hash reads as no registry.
-local fields = redis.call('hgetall', KEYS[1])
-if #fields == 0 then
+-- it).  The "mode" field is not an owner (see acquire.lua).  A key that
+-- is not shaped like a lock reads as a free lock.  The registry is read
+-- whatever its type: anything but a hash reads as no registry.
+--@include ../shape.lua
+if not rlock_is_lock(KEYS[1]) then
 	return {}
 end
+local fields = redis.call('hgetall', KEYS[1])
 local owner, count, owners = nil, nil, 0
 for i = 1, #fields, 2 do
 	if fields[i] ~= 'mode' then

@@ -33,6 +33,7 @@ static int	script_renew;
 static int	script_verify;
 static int	script_force;
 static int	script_holder;
+static int	script_probe;
 
 static void
 plain_init(void)
@@ -43,6 +44,7 @@ plain_init(void)
 	script_verify = rlock_script_register("verify", verify_lua);
 	script_force = rlock_script_register("force", force_lua);
 	script_holder = rlock_script_register("holder", holder_lua);
+	script_probe = rlock_script_register("probe", probe_lua);
 }
 
 /*
@@ -205,6 +207,17 @@ plain_batch_result(const RlockReply *reply, int i)
 }
 
 /*
+ * EVALSHA probe 1 key
+ */
+static void
+plain_probe(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
+{
+	rlock_args_script(args, script_probe, 1);
+	rlock_args_add(args, key, keylen);
+	cmd->shape = RLOCK_SHAPE_INTEGER;
+}
+
+/*
  * EVALSHA force 2 key channel PUBLISH
  */
 static void
@@ -293,6 +306,7 @@ const RlockKindMethod rlock_kind_plain = {
 	plain_release_result,
 	plain_batch,
 	plain_batch_result,
+	plain_probe,
 	plain_force,
 	plain_holder,
 	plain_holder_result
