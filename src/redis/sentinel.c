@@ -6,12 +6,20 @@
  *
  * Two connections go to one Sentinel at a time, the first of rlock.nodes
  * that answers: one asks SENTINEL GET-MASTER-ADDR-BY-NAME every second
- * (and SENTINEL SENTINELS now and then, to know the others), the other is
+ * (and SENTINEL SENTINELS now and then, for rlock_status()), the other is
  * subscribed to +switch-master, so that a failover is asked about at once
  * rather than at the next poll.  The answer, not the message, decides: a
  * message only brings the next question forward.  A Sentinel that fails
  * (unreachable, a wrong password, a primary it does not know) is left for
  * the next one in the list; the connection's back-off paces the round.
+ *
+ * Only the Sentinels of rlock.nodes are ever connected to.  The peers a
+ * Sentinel lists are counted for rlock_status() and nothing else: a
+ * Sentinel learns them from hello messages that anyone allowed to
+ * PUBLISH on __sentinel__:hello of a data node can forge, so an address
+ * from that list never gets the Sentinel password, and a primary is
+ * followed only when a configured Sentinel names it.  Nothing of a peer
+ * but two counts is kept.
  *
  * When the named primary changes, the data connections (command,
  * subscriber, sync) are dropped and made again to the new one; their
@@ -46,13 +54,9 @@
 /* ... and for the other Sentinels once every so many questions */
 #define SENTINEL_PEERS_EVERY	5
 
-/* Sentinels known: those of rlock.nodes and those they told of */
-#define SENTINEL_MAX			(2 * RLOCK_MAX_NODES)
-
 typedef struct SentinelNode
 {
 	RlockServer srv;
-	bool		configured;		/* in rlock.nodes (else told of) */
 	int			reachable;		/* rlock's own last try: 1 yes, 0 no, -1
 								 * not tried */
 	int			seen_up;		/* the asked Sentinel's view: 1 up, 0 down,
@@ -72,11 +76,15 @@ typedef struct SentinelCmd
 	SentinelAsk ask;
 } SentinelCmd;
 
-static SentinelNode nodes[SENTINEL_MAX];
+/* the Sentinels of rlock.nodes, the only ones connected to */
+static SentinelNode nodes[RLOCK_MAX_NODES];
 static int	nnodes = 0;
-static int	nconfigured = 0;
 static int	current = 0;		/* the Sentinel the connections go to */
 static SentinelNode no_sentinel;	/* their server while there is none */
+
+/* the other Sentinels the asked one lists, for rlock_status() only */
+static int	peers_listed = 0;
+static int	peers_up = 0;
 
 /* the settings this was configured from */
 static int	conf_topology = -1;
@@ -153,7 +161,7 @@ conf_set(char **conf, const char *now)
 }
 
 static void
-node_init(SentinelNode *node, const char *host, int port, bool configured)
+node_init(SentinelNode *node, const char *host, int port)
 {
 	RlockServer *srv = &node->srv;
 
@@ -184,7 +192,6 @@ node_init(SentinelNode *node, const char *host, int port, bool configured)
 	/* a Sentinel is checked against its name as rlock.nodes gives it */
 	srv->tls_server_name = rlock_redis_strdup("");
 	rlock_format_address(srv->address, sizeof(srv->address), host, port);
-	node->configured = configured;
 	node->reachable = -1;
 	node->seen_up = -1;
 }
@@ -203,7 +210,8 @@ rlock_sentinel_configure(void)
 
 	for (i = 0; i < nnodes; i++)
 		rlock_server_forget(&nodes[i].srv);
-	nnodes = nconfigured = current = 0;
+	nnodes = current = 0;
+	peers_listed = peers_up = 0;
 	conf_topology = rlock_topology;
 	conf_set(&conf_nodes, rlock_nodes);
 	conf_set(&conf_master, rlock_sentinel_master);
@@ -225,7 +233,7 @@ rlock_sentinel_configure(void)
 	error[0] = '\0';
 	if (no_sentinel.srv.host == NULL)
 	{
-		node_init(&no_sentinel, "", 0, false);
+		node_init(&no_sentinel, "", 0);
 		strlcpy(no_sentinel.srv.address, "(no Sentinel)",
 				sizeof(no_sentinel.srv.address));
 	}
@@ -238,8 +246,8 @@ rlock_sentinel_configure(void)
 	if (n < 0)					/* the setting's check refused it already */
 		n = 0;
 	for (i = 0; i < n; i++)
-		node_init(&nodes[i], addrs[i].host, addrs[i].port, true);
-	nnodes = nconfigured = n;
+		node_init(&nodes[i], addrs[i].host, addrs[i].port);
+	nnodes = n;
 
 	if (n == 0)
 		snprintf(error, sizeof(error),
@@ -474,8 +482,22 @@ sentinel_field(const RlockReply *entry, const char *name)
 }
 
 /*
- * The asked Sentinel told of its peers: note which are up in its view,
- * and add the ones rlock.nodes does not name (asked when those fail).
+ * Is a peer down in the view of the Sentinel that lists it?
+ */
+static bool
+sentinel_peer_down(const RlockReply *flags)
+{
+	return flags != NULL && flags->type == RLOCK_REPLY_STRING &&
+		(strstr(flags->str, "s_down") != NULL ||
+		 strstr(flags->str, "o_down") != NULL ||
+		 strstr(flags->str, "disconnected") != NULL);
+}
+
+/*
+ * The asked Sentinel told of its peers: note which of rlock.nodes are up
+ * in its view, and count the others.  Those are never added to the
+ * Sentinels rlock asks (see the file header): anyone who may publish a
+ * hello message on a data node can put an address in this list.
  * Entries that make no sense are passed over.
  */
 static void
@@ -484,38 +506,36 @@ sentinel_peers_reply(RlockConn *conn, const RlockReply *reply)
 	int			i;
 	int			j;
 
+	peers_listed = peers_up = 0;
 	for (i = 0; i < reply->elements; i++)
 	{
 		const RlockReply *entry = reply->element[i];
 		const RlockReply *ip;
 		const RlockReply *portr;
-		const RlockReply *flags;
 		int			port;
+		int			up;
 
 		if (entry->type != RLOCK_REPLY_ARRAY)
 			continue;
 		ip = sentinel_field(entry, "ip");
 		portr = sentinel_field(entry, "port");
-		flags = sentinel_field(entry, "flags");
 		if (ip == NULL || portr == NULL || !sentinel_valid_host(ip) ||
 			(port = sentinel_valid_port(portr)) == 0)
 			continue;
+		up = sentinel_peer_down(sentinel_field(entry, "flags")) ? 0 : 1;
 		for (j = 0; j < nnodes; j++)
 		{
 			if (nodes[j].srv.port == port &&
 				strcmp(nodes[j].srv.host, ip->str) == 0)
 				break;
 		}
-		if (j == nnodes)
+		if (j < nnodes)
+			nodes[j].seen_up = up;
+		else
 		{
-			if (nnodes == SENTINEL_MAX)
-				continue;
-			node_init(&nodes[nnodes++], ip->str, port, false);
+			peers_listed++;
+			peers_up += up;
 		}
-		nodes[j].seen_up = (flags != NULL && flags->type == RLOCK_REPLY_STRING &&
-							(strstr(flags->str, "s_down") != NULL ||
-							 strstr(flags->str, "o_down") != NULL ||
-							 strstr(flags->str, "disconnected") != NULL)) ? 0 : 1;
 	}
 	rlock_redis_status_touch();
 }
@@ -665,8 +685,10 @@ rlock_sentinel_next(void)
 
 /*
  * What rlock_status() shows of the Sentinels: the one asked, how many are
- * known and how many reachable (rlock's own last try where it made one,
- * else the asked Sentinel's view), and the last failover followed.
+ * known and how many reachable, and the last failover followed.  Those
+ * of rlock.nodes count as reachable by rlock's own last try where it made
+ * one, else by the asked Sentinel's view; the other Sentinels it lists
+ * are added as it sees them.
  */
 void
 rlock_sentinel_status(RlockWorkerStatus *st)
@@ -694,6 +716,6 @@ rlock_sentinel_status(RlockWorkerStatus *st)
 			up = nodes[i].seen_up;
 		reachable += (up == 1);
 	}
-	st->sentinels_known = nnodes;
-	st->sentinels_reachable = reachable;
+	st->sentinels_known = nnodes + peers_listed;
+	st->sentinels_reachable = reachable + peers_up;
 }
