@@ -253,7 +253,7 @@ sub spring_cases
 		is($r->{value}, 'false', "$v $how: a busy lock is not");
 		my $waited = $r->{at} - $r->{start};
 		cmp_ok($waited, '>=', 0.9, "$v $how: after the 1 s wait ($waited s)");
-		cmp_ok($waited, '<', 5, "$v $how: not much longer");
+		cmp_ok($waited, '<', 2.5, "$v $how: and not 2.5 s");
 		$row->query_safe("SELECT rlock_session_release('b')");
 	}
 
