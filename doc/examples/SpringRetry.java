@@ -1,7 +1,7 @@
 /*
  * Retry a locked read-modify-write transaction from Spring: JdbcTemplate,
- * @Transactional and spring-retry's RetryTemplate (Spring Framework 6.2,
- * spring-retry 2.0, a pooled DataSource such as HikariCP).
+ * @Transactional and spring-retry's RetryTemplate (Spring Framework 6.2 or
+ * 7.0, spring-retry 2.0, a pooled DataSource such as HikariCP).
  *
  * Accounts.addToBalance is one attempt: it takes the lock, reads, writes,
  * and commits as it returns; rlock's check before commit runs in that
