@@ -123,9 +123,10 @@ fuzz-replay: $(FUZZ_OUT)/fuzz_reply
 test:
 	test/harness/run-tests
 
-# the tests against the real Redisson (Java) and node-redisson only
+# the tests against the real Redisson (Java), node-redisson, HikariCP and
+# Spring only
 interop:
-	RLOCK_TAP="034 035 036 039 045" test/harness/run-tests
+	RLOCK_TAP="034 035 036 039 045 050" test/harness/run-tests
 
 demo:
 	test/demo/run-demo

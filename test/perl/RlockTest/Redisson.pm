@@ -4,7 +4,8 @@
 =head1 NAME
 
 RlockTest::Redisson - a Java service using the real Redisson, or a Node.js
-one using node-redisson, driven line by line from a test (test/interop/)
+one using node-redisson, or a Java service calling rlock through HikariCP
+and Spring, driven line by line from a test (test/interop/)
 
 =head1 SYNOPSIS
 
@@ -16,6 +17,7 @@ one using node-redisson, driven line by line from a test (test/interop/)
   $java->stop;
 
   my $node = RlockTest::Redisson->start_node($redis);   # node-redisson
+  my $spring = RlockTest::Redisson->start_spring($jdbc_url, pool => 4);
 
 =cut
 
@@ -39,22 +41,28 @@ my $interop = Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../../interop'
 # cache default (3.46) and the unlock latch (3.24).
 our @VERSIONS = ('3.52.0', '3.23.5');
 
-# Build the driver for a Redisson version (once per run: the classes and
-# the jars it needs go to test/out/interop/redisson-<version>), and return
-# its class path.
+# Build the drivers for a Redisson version, and for a Spring Framework
+# version other than the one pom.xml names if $spring is given (once per
+# run: the classes and the jars they need go to
+# test/out/interop/redisson-<version>[-spring-<version>]), and return
+# their class path.
 sub build
 {
-	my ($version) = @_;
-	my $dir = Cwd::abs_path("$interop/..") . "/out/interop/redisson-$version";
+	my ($version, $spring) = @_;
+	my $dir = Cwd::abs_path("$interop/..") . "/out/interop/redisson-$version"
+	  . (defined $spring ? "-spring-$spring" : '');
 	my $jar = "$dir/rlock-interop-1.0.jar";
 	unless (-e $jar)
 	{
 		my $log = '';
 		my $ok = IPC::Run::run(
 			[ 'mvn', '-q', '-B', '-f', "$interop/pom.xml",
-			  "-Dredisson.version=$version", "-Dout.dir=$dir", 'package' ],
+			  "-Dredisson.version=$version",
+			  (defined $spring ? "-Dspring.version=$spring" : ()),
+			  "-Dout.dir=$dir", 'package' ],
 			'<', \undef, '>&', \$log);
-		die "building the interop driver for Redisson $version failed:\n$log"
+		die "building the interop drivers for Redisson $version"
+		  . (defined $spring ? " and Spring $spring" : '') . " failed:\n$log"
 		  unless $ok && -e $jar;
 	}
 	return "$jar:$dir/lib/*";
@@ -109,6 +117,19 @@ sub start_cluster
 		'--codec', $opt{codec} // 'default',
 		'--watchdog', $opt{watchdog} // 30000,
 		(defined $opt{sharded} ? ('--sharded', $opt{sharded}) : ()));
+}
+
+# Start test/interop's SpringPool: a HikariCP pool of $opt{pool} (4)
+# connections to the JDBC URL $jdbc, used through Spring's JdbcTemplate
+# and transactions; $opt{spring}: a Spring Framework version other than
+# pom.xml's.  Its failed orders say the SQLSTATE first in their message.
+sub start_spring
+{
+	my ($class, $jdbc, %opt) = @_;
+	return $class->_spawn(
+		'java', '-cp', build($VERSIONS[0], $opt{spring}),
+		'rlock.interop.SpringPool', '--jdbc', $jdbc,
+		'--pool', $opt{pool} // 4);
 }
 
 # Install node-redisson (test/interop/node: the versions its lock file
@@ -174,7 +195,7 @@ sub _spawn
 }
 
 # The client's version as the driver reports it: Redisson's, as its jar
-# says, or node-redisson's.
+# says, node-redisson's, or Spring's and HikariCP's.
 sub version { $_[0]{running} }
 
 # What a driver line carries: bytes outside printable ASCII, and "%",

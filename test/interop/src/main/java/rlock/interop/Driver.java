@@ -2,25 +2,12 @@
  * Driver: a Java service taking Redisson locks on orders, for rlock's
  * interoperability tests.
  *
- * It reads one order per line from standard input:
- *
- *     <id> <actor> <op> [<arg> ...]
- *
- * and answers each, once it is done, with one line on standard output:
- *
- *     <id> ok <start> <end> <value>
- *     <id> err <start> <end> <exception class> <message>
- *
- * where start and end are the epoch microseconds at which the order began
- * and ended.
+ * It speaks the line protocol of Orders: one order per line, one answer
+ * per order when it is done.
  *
  * An actor "c.t" is thread t of Redisson client c: every client is its
  * own RedissonClient (its own id, as a separate JVM would have), every
  * thread a thread of its own, since Redisson locks belong to a thread.
- * Orders to one actor run one after the other; orders to different actors
- * run at the same time, so a test can leave an actor waiting for a lock
- * while it does something else.
- *
  * Options: --redis redis://host:port, --codec default|string (the codec
  * the clients are configured with), --watchdog ms (lockWatchdogTimeout),
  * --jdbc url (for "stress").  With --sentinel name the clients find the
@@ -36,21 +23,14 @@
  */
 package rlock.interop;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
-import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 
 import org.redisson.Redisson;
@@ -67,7 +47,6 @@ public final class Driver
 	private final String codec;
 	private final long watchdogMs;
 	private final String jdbcUrl;
-	private final PrintStream out;
 	/* the Sentinels' name for the primary, or null: one server */
 	private String sentinelMaster;
 	private String password;
@@ -76,7 +55,6 @@ public final class Driver
 	private boolean shardedOff;
 
 	private final Map<String, RedissonClient> clients = new ConcurrentHashMap<>();
-	private final Map<String, ExecutorService> actors = new ConcurrentHashMap<>();
 	/* one lock object per actor and key: it remembers its lease for unlocks */
 	private final Map<String, RLock> locks = new ConcurrentHashMap<>();
 
@@ -87,7 +65,6 @@ public final class Driver
 		this.codec = codec;
 		this.watchdogMs = watchdogMs;
 		this.jdbcUrl = jdbcUrl;
-		this.out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
 	}
 
 	public static void main(String[] args) throws Exception
@@ -130,107 +107,11 @@ public final class Driver
 
 	private void run() throws Exception
 	{
-		BufferedReader in = new BufferedReader(
-			new InputStreamReader(System.in, StandardCharsets.UTF_8));
-		String line;
-
-		out.println("ready " + redissonVersion());
-		while ((line = in.readLine()) != null)
-		{
-			String[] words = line.trim().split(" ");
-
-			if (words.length < 3)
-				continue;
-			if (words[2].equals("quit"))
-				break;
-			String id = words[0];
-			String actor = words[1];
-			String op = words[2];
-			String[] a = new String[words.length - 3];
-
-			System.arraycopy(words, 3, a, 0, a.length);
-			for (int i = 0; i < a.length; i++)
-				a[i] = unescape(a[i]);
-			actors.computeIfAbsent(actor, k -> Executors.newSingleThreadExecutor())
-				.submit(() -> answer(id, actor, op, a));
-		}
-		for (ExecutorService e : actors.values())
-			e.shutdownNow();
+		Orders.serve(Orders.jarVersion(Redisson.class, "org.redisson/redisson"),
+					 this::perform, Orders::plainFailure);
 		for (RedissonClient c : clients.values())
 			c.shutdown();
 		System.exit(0);
-	}
-
-	/* The Redisson version on the class path, from its jar's Maven data */
-	private static String redissonVersion() throws java.io.IOException
-	{
-		java.util.Properties p = new java.util.Properties();
-
-		try (var s = Redisson.class.getResourceAsStream(
-				 "/META-INF/maven/org.redisson/redisson/pom.properties"))
-		{
-			if (s == null)
-				return "unknown";
-			p.load(s);
-		}
-		return p.getProperty("version", "unknown");
-	}
-
-	/* Arguments are sent with %XX for bytes that are not printable ASCII */
-	private static String unescape(String s)
-	{
-		if (s.indexOf('%') < 0)
-			return s;
-		byte[] buf = new byte[s.length()];
-		int n = 0;
-
-		for (int i = 0; i < s.length(); i++)
-		{
-			char c = s.charAt(i);
-
-			if (c == '%' && i + 2 < s.length())
-			{
-				buf[n++] = (byte) Integer.parseInt(s.substring(i + 1, i + 3), 16);
-				i += 2;
-			}
-			else
-				buf[n++] = (byte) c;
-		}
-		return new String(buf, 0, n, StandardCharsets.UTF_8);
-	}
-
-	private static long nowMicros()
-	{
-		Instant t = Instant.now();
-
-		return t.getEpochSecond() * 1_000_000L + t.getNano() / 1000;
-	}
-
-	private void answer(String id, String actor, String op, String[] a)
-	{
-		String reply;
-		long start = nowMicros();
-
-		try
-		{
-			Object value = perform(actor, op, a);
-
-			reply = id + " ok " + start + " " + nowMicros() + " " + value;
-		}
-		catch (Throwable e)
-		{
-			Throwable cause = e;
-
-			while (cause.getCause() != null && cause.getMessage() == null)
-				cause = cause.getCause();
-			reply = id + " err " + start + " " + nowMicros() + " " +
-				cause.getClass().getName() + " " +
-				String.valueOf(cause.getMessage()).replace('\n', ' ');
-		}
-		synchronized (out)
-		{
-			out.println(reply);
-		}
 	}
 
 	private RedissonClient client(String actor)
