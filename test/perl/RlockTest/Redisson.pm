@@ -103,6 +103,32 @@ sub start_sentinel
 			? ('--sentinel-password', $opt{sentinel_password}) : ()));
 }
 
+# Start test/interop's SentinelLoad: Java threads guarding one Redisson
+# lock through the Sentinels of deployment $dep, each critical section
+# written to table "sections" of the database at JDBC URL $jdbc.
+# Options: version, data_password, sentinel_password, fenced (true: an
+# RFencedLock), scan_interval (Redisson's scanInterval, ms; its default
+# when not given) and lease (ms; the watchdog when not given).  Its one
+# order: run <key> <threads> <ms>.
+sub start_sentinel_load
+{
+	my ($class, $dep, $jdbc, %opt) = @_;
+	my %flag = (
+		data_password => '--password',
+		sentinel_password => '--sentinel-password',
+		scan_interval => '--scan-interval',
+		lease => '--lease');
+	return $class->_spawn(
+		'java', '-cp', build($opt{version} // $VERSIONS[0]),
+		'rlock.interop.SentinelLoad',
+		'--sentinels',
+		join(',', map { "redis://127.0.0.1:$_" } $dep->sentinel_ports),
+		'--master', $dep->master_name,
+		'--jdbc', $jdbc,
+		($opt{fenced} ? ('--fenced', 'yes') : ()),
+		map { defined $opt{$_} ? ($flag{$_}, $opt{$_}) : () } sort keys %flag);
+}
+
 # Start a driver whose clients use the Redis Cluster $cluster
 # (RlockTest::Cluster), as useClusterServers does; options as for start,
 # and sharded => 'off' for shardedSubscriptionMode OFF (3.29 and later).
