@@ -126,7 +126,7 @@ test:
 # the tests against the real Redisson (Java), node-redisson, HikariCP and
 # Spring only
 interop:
-	RLOCK_TAP="034 035 036 039 045 050" test/harness/run-tests
+	RLOCK_TAP="034 035 036 039 045 050 058" test/harness/run-tests
 
 demo:
 	test/demo/run-demo
