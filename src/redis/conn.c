@@ -537,8 +537,6 @@ rlock_node_move(RlockNode *node, const char *host, int port)
 	int			i;
 
 	rlock_server_set_address(&node->server, host, port);
-	node->unmapped = false;
-	node->asked_at = 0;
 	node->note_at = 0;
 	for (i = 0; i < RLOCK_NDATA; i++)
 	{

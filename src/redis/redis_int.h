@@ -297,9 +297,8 @@ typedef struct RlockNode
 	RlockServer server;
 	RlockConn  *conn[RLOCK_NDATA];
 	int			index;			/* in router.c's table */
-	bool		primary;		/* serves slots, as far as rlock knows */
-	bool		unmapped;		/* made for a redirection, not in a map */
-	TimestampTz asked_at;		/* an ASK named it then */
+	bool		primary;		/* a primary of the latest map (serving
+								 * slots, or none yet) */
 	char		note[128];		/* the latest TRYAGAIN or CLUSTERDOWN */
 	TimestampTz note_at;
 } RlockNode;

@@ -33,8 +33,14 @@
  *			with the error Redis gave in its message.
  *
  * Every redirection is untrusted input: a slot out of range, a port out
- * of range or a host name that is not one is refused, and the reply goes
- * to the sender as the error it is.
+ * of range or a host name that is not one is refused, and so is one for
+ * another slot than the command's: the reply goes to the sender as the
+ * error it is.  A redirection is followed only to a primary of the
+ * current map, which came from a seed of rlock.nodes or from a node such
+ * a map named: a node that does not keep to the protocol cannot send
+ * rlock's password and locks to an address of its choice.  A redirection
+ * to any other node is answered as lost a moment later, and the map is
+ * asked for again: once a map names the node, commands go there.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -73,10 +79,6 @@
 /* Nodes kept: primaries, and nodes redirections named */
 #define RLOCK_ROUTER_MAX_NODES	(2 * RLOCK_CLUSTER_MAX_NODES)
 
-/* Nodes a redirection named that the map did not (yet) at one time: a
- * node that does not keep to the protocol must not make the worker open
- * connections to any address it likes */
-#define RLOCK_MAX_UNMAPPED		8
 
 static RlockNode **nodes = NULL;
 static int	nnodes = 0;
@@ -182,24 +184,6 @@ router_known_node(const char *host, int port)
 			return nodes[i];
 	}
 	return NULL;
-}
-
-/*
- * Nodes made for a redirection that the latest map did not name, in use.
- */
-static int
-router_unmapped(void)
-{
-	int			n = 0;
-	int			i;
-
-	for (i = 0; i < nnodes; i++)
-	{
-		if (nodes[i]->unmapped &&
-			(nodes[i]->primary || !rlock_node_idle(nodes[i])))
-			n++;
-	}
-	return n;
 }
 
 /*
@@ -352,10 +336,7 @@ router_apply(const RlockClusterMap *m)
 
 		index[i] = n ? n->index : -1;
 		if (n != NULL)
-		{
 			n->primary = true;
-			n->unmapped = false;
-		}
 	}
 	nprimaries = 0;
 	for (i = 0; i < nnodes; i++)
@@ -703,6 +684,62 @@ router_resend(RlockConn *target, RlockCmd *cmd, bool asking)
 }
 
 static bool
+router_word_is(const char *arg, int len, const char *word)
+{
+	return len == (int) strlen(word) && pg_strncasecmp(arg, word, len) == 0;
+}
+
+/*
+ * The hash slot of a command the worker sent, from the command as it
+ * went on the wire (an array of bulk strings): its first key's, that is
+ * EVALSHA's first key when it has keys, else the channel of the
+ * commands that name one.  -1 for a command without a key.
+ */
+static int
+router_cmd_slot(const RlockCmd *cmd)
+{
+	const char *p = cmd->wire;
+	const char *end = cmd->wire + cmd->wirelen;
+	const char *arg[4];
+	int			len[4];
+	long		nargs;
+	int			i;
+
+	if (p == NULL || p >= end || *p != '*')
+		return -1;
+	nargs = strtol(p + 1, NULL, 10);
+	p = memchr(p, '\n', end - p);
+	for (i = 0; i < 4 && i < nargs && p != NULL; i++)
+	{
+		const char *q;
+
+		p++;
+		if (p >= end || *p != '$')
+			return -1;
+		len[i] = (int) strtol(p + 1, NULL, 10);
+		q = memchr(p, '\n', end - p);
+		if (q == NULL || len[i] < 0 || len[i] > end - (q + 1))
+			return -1;
+		arg[i] = q + 1;
+		p = arg[i] + len[i] + 1;	/* the \n after the \r */
+		if (p > end)
+			return -1;
+	}
+	if (i >= 4 && router_word_is(arg[0], len[0], "EVALSHA"))
+		return (len[2] == 1 && arg[2][0] == '0') ? -1 :
+			rlock_key_slot(arg[3], len[3]);
+	if (i >= 2 &&
+		(router_word_is(arg[0], len[0], "SUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "UNSUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "SSUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "SUNSUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "PUBLISH") ||
+		 router_word_is(arg[0], len[0], "SPUBLISH")))
+		return rlock_key_slot(arg[1], len[1]);
+	return -1;
+}
+
+static bool
 router_error_is(const RlockReply *reply, const char *code)
 {
 	size_t		len = strlen(code);
@@ -746,19 +783,14 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	if (!router_parse_redirect(reply->str + (moved ? 6 : 4),
 							   reply->len - (moved ? 6 : 4),
 							   conn->server->host, &slot, host, sizeof(host),
-							   &port))
+							   &port) ||
+		slot != router_cmd_slot(cmd))
 		return false;			/* the sender sees what was sent */
 	rlock_count(moved ? RLOCK_STAT_CLUSTER_MOVED : RLOCK_STAT_CLUSTER_ASK, 1);
 	target = router_known_node(host, port);
-	if (target == NULL && router_unmapped() < RLOCK_MAX_UNMAPPED)
+	if (target == NULL || !target->primary)
 	{
-		target = router_node(host, port);
-		if (target != NULL)
-			target->unmapped = true;
-	}
-	if (target == NULL)
-	{
-		/* the map will say whether it is a primary */
+		/* nothing goes there before a map names it */
 		rlock_router_refresh_soon();
 		router_defer(conn, cmd, "a redirection to a node the slot map does not name");
 		return true;
@@ -766,12 +798,9 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	if (moved)
 	{
 		/* the slot's owner now, until the map says otherwise */
-		target->primary = true;
 		owner[slot] = target->index;
 		rlock_router_refresh_soon();
 	}
-	else
-		target->asked_at = GetCurrentTimestamp();
 
 	/*
 	 * A second ASK for the same command: the migration moves on; later.
@@ -858,11 +887,7 @@ rlock_router_wanted(RlockConn *conn)
 		return nseeds + nprimaries > 0;
 	if (conn->node == NULL)
 		return false;
-	/* a node a redirection named: for a while, as ASKING needs it */
-	return conn->node->primary ||
-		(conn->node->asked_at != 0 &&
-		 GetCurrentTimestamp() <
-		 TimestampTzPlusMilliseconds(conn->node->asked_at, RLOCK_NOTE_MS));
+	return conn->node->primary;
 }
 
 void

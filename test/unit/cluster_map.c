@@ -28,6 +28,7 @@ static char unit_context_bytes[64];
 #define unit_context	((MemoryContext) unit_context_bytes)
 
 static RlockClusterMap map;
+static bool serving[RLOCK_CLUSTER_MAX_NODES];
 
 int
 main(int argc, char **argv)
@@ -40,6 +41,8 @@ main(int argc, char **argv)
 	bool		ok;
 	int			rc = 0;
 	int			slot;
+	int			nserving = 0;
+	int			i;
 
 	if (argc != 4)
 	{
@@ -75,7 +78,14 @@ main(int argc, char **argv)
 		printf("refused: %s\n", error);
 		return 0;
 	}
-	printf("ok %d\n", map.nnodes);
+	for (slot = 0; slot < RLOCK_CLUSTER_SLOTS; slot++)
+	{
+		if (map.owner[slot] >= 0)
+			serving[map.owner[slot]] = true;
+	}
+	for (i = 0; i < map.nnodes; i++)
+		nserving += serving[i];
+	printf("ok %d\n", nserving);
 	for (slot = 0; slot < RLOCK_CLUSTER_SLOTS;)
 	{
 		int			owner = map.owner[slot];
@@ -87,6 +97,13 @@ main(int argc, char **argv)
 			printf("%d-%d %s:%d %s\n", slot, last, map.node[owner].host,
 				   map.node[owner].port, map.node[owner].id);
 		slot = last + 1;
+	}
+	/* primaries that serve no slot yet, in the order of the reply */
+	for (i = 0; i < map.nnodes; i++)
+	{
+		if (!serving[i])
+			printf("none %s:%d %s\n", map.node[i].host, map.node[i].port,
+				   map.node[i].id);
 	}
 	return 0;
 }
