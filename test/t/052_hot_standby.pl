@@ -191,7 +191,9 @@ ok( RlockTest::wait_until(
 			on_primary("SELECT wait_event FROM pg_stat_activity WHERE pid = $p_pid") eq 'SyncRep';
 		}),
 	'the primary\'s COMMIT waits for the standby to apply it');
-is(scalar @{ $redis->owners('sb:row') }, 1, 'the lock stays held meanwhile');
+is_deeply([ map { (split /:/)[0] } @{ $redis->owners('sb:row') } ],
+	[ on_primary('SELECT instance_owner FROM rlock_status()') ],
+	'the primary\'s session keeps the lock meanwhile');
 is(on_standby("SELECT state FROM rlock_locks WHERE key = 'sb:row'"), 'waiting',
 	'and the standby session still waits');
 on_standby('SELECT pg_wal_replay_resume()');
