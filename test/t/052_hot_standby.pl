@@ -81,11 +81,13 @@ ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'sb:x') == 0 }, 10),
 $s->query_safe("SELECT rlock_session_lock('sb:s')");
 $s->query_safe("SELECT rlock_session_try('sb:s', '0', '1 min')");
 $s->query_safe('BEGIN; SELECT rlock_session_try(\'sb:s2\'); ROLLBACK');
+ok($s->query_safe("SELECT rlock_session_try_token('sb:s3')") > 0,
+	'rlock_session_try_token counts a token');
 is_deeply($redis->counts('sb:s'), [2], 'session locks stack');
 is($redis->cmd('EXISTS', 'sb:s2'), 1, 'and ignore a rollback');
 is($s->query_safe("SELECT rlock_session_release('sb:s')"), 't', 'rlock_session_release');
-is($s->query_safe('SELECT rlock_release_all()'), '2', 'rlock_release_all');
-is($redis->cmd('EXISTS', 'sb:s') + $redis->cmd('EXISTS', 'sb:s2'), 0, 'nothing left');
+is($s->query_safe('SELECT rlock_release_all()'), '3', 'rlock_release_all');
+is($redis->cmd('EXISTS', 'sb:s', 'sb:s2', 'sb:s3'), 0, 'nothing left');
 ok(on_standby('SELECT acquired FROM rlock_stats') >= 5, 'rlock_stats counts the standby\'s acquires');
 on_standby('SELECT rlock_stats_reset()');
 is(on_standby('SELECT acquired FROM rlock_stats'), '0', 'rlock_stats_reset works there');
