@@ -346,7 +346,8 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	# an RSemaphore is a string: each side's calls fail on the other's key
 	is($java->call('k.1', 'sem.trysetpermits', "sem:$version", 1), 'true',
 		"$v an RSemaphore with one permit");
-	for my $call ("rlock_try('sem:$version')", "rlock_force_release('sem:$version')")
+	for my $call ("rlock_try('sem:$version')", "rlock_lock('sem:$version')",
+		"rlock_force_release('sem:$version')")
 	{
 		$s->query("BEGIN; SELECT $call");
 		like($s->{stderr},
@@ -356,6 +357,8 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 		$s->query('ROLLBACK');
 	}
 	is($redis->cmd('GET', "sem:$version"), '1', "$v the permits are untouched");
+	is(sql("SELECT rlock_is_locked('sem:$version')"), 'f',
+		"$v and rlock_is_locked reads the name as free");
 	is($java->call('k.1', 'sem.tryacquire', "sem:$version", 0), 'true',
 		"$v and the semaphore still works");
 	$java->call('k.1', 'sem.release', "sem:$version");
