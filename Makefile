@@ -42,7 +42,7 @@ endif
 REGRESS = api errors scopes savepoints procedures tokens views
 REGRESS_OPTS = --temp-instance=./tmp_regress \
 	--temp-config=./test/out/rlock.conf
-ISOLATION = blocking wakeup commit_visible abort_release session_xact
+ISOLATION = blocking wakeup commit_visible abort_release session_xact deadlock
 ISOLATION_OPTS = --temp-instance=./tmp_iso \
 	--temp-config=./test/out/rlock.conf
 TAP_TESTS = 1
