@@ -1017,7 +1017,13 @@ conn_closed(RlockConn *conn)
 	}
 	conn->retry_at = TimestampTzPlusMilliseconds(now, conn->backoff_ms);
 	conn->backoff_ms = Min(conn->backoff_ms * 2, RLOCK_BACKOFF_MAX_MS);
-	if (quiet)
+	if (conn->idle_drop)
+	{
+		/* no outage: made again at once when used, and logged afresh */
+		conn_start_over(conn);
+		conn->since = now;
+	}
+	else if (quiet)
 		conn->outage_logged = true;
 	else
 		conn_log_failure(conn, was_ready);
@@ -1036,6 +1042,47 @@ conn_closed(RlockConn *conn)
 			rlock_sentinel_recheck();
 		events->lost(conn);
 	}
+	conn->idle_drop = false;
+}
+
+/*
+ * Do waiters need the subscriptions of this subscriber connection?
+ */
+bool
+rlock_conn_subscribed(RlockConn *conn)
+{
+	return events->subscribed(conn);
+}
+
+/*
+ * No file descriptor is left for a new socket: close the idle connection
+ * that was used least recently, if there is one (a Redis Cluster
+ * primary's, made for commands that are answered).  True if one was
+ * closed, and so a descriptor freed.
+ */
+bool
+rlock_conn_reclaim(RlockConn *asking)
+{
+	RlockConn  *oldest = NULL;
+	int			i;
+
+	for (i = 0; i < nall; i++)
+	{
+		RlockConn  *c = all[i];
+
+		if (c == asking || c->node == NULL || c->sock == PGINVALID_SOCKET ||
+			c->state != RLOCK_CONN_READY || !rlock_router_reclaimable(c))
+			continue;
+		if (oldest == NULL || c->used_at < oldest->used_at)
+			oldest = c;
+	}
+	if (oldest == NULL)
+		return false;
+	oldest->quiet_drop = true;
+	oldest->idle_drop = true;
+	conn_close(oldest, "its descriptor was needed for a connection in use",
+			   false);
+	return true;
 }
 
 /*
@@ -1196,6 +1243,9 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 
 	if (!conn_writable(conn))
 		return false;
+	/* a Redis Cluster primary's connection in use is kept */
+	if (conn->node != NULL && !cmd->internal)
+		conn->used_at = GetCurrentTimestamp();
 	if (format_max < args->argc)
 	{
 		format_max = Max(args->argc, 2 * format_max);
@@ -1765,14 +1815,19 @@ conn_tick(RlockConn *conn, TimestampTz now)
 			{
 				const char *why;
 
-				/* a node that no longer serves slots, or a topology
-				 * that is no longer in use */
+				/* idle, a node that no longer serves slots, or a
+				 * topology that is no longer in use */
 				if (!conn_wanted(conn, &why))
 				{
+					bool		idle = rlock_redis_cluster() &&
+						conn->node->primary;
+
 					conn->quiet_drop = true;
-					conn_close(conn,
+					conn->idle_drop = idle;
+					conn_close(conn, idle ?
+							   "not used for a while (a Redis Cluster primary's connections are made when used)" :
 							   "the node no longer serves slots of the Redis Cluster",
-							   true);
+							   !idle);
 					break;
 				}
 			}

@@ -224,6 +224,9 @@ struct RlockConn
 	/* life cycle */
 	bool		failed;			/* unusable: dropped at the next tick */
 	bool		quiet_drop;		/* for a cause logged on its own */
+	bool		idle_drop;		/* closed for want of use: no outage */
+	TimestampTz used_at;		/* a Redis Cluster primary's: a command
+								 * was last routed to it then */
 	TimestampTz deadline;		/* connect and handshake must end by then */
 	TimestampTz retry_at;		/* next attempt while DOWN */
 	int			backoff_ms;
@@ -303,9 +306,15 @@ typedef struct RlockNode
 	TimestampTz note_at;
 } RlockNode;
 
+/* conn.c: what the router asks of the connections */
+extern bool rlock_conn_subscribed(RlockConn *conn);
+extern bool rlock_conn_reclaim(RlockConn *asking);
+
 /* router.c */
 extern void rlock_router_configure(void);
 extern bool rlock_router_wanted(RlockConn *conn);
+extern bool rlock_router_idle(RlockConn *conn);
+extern bool rlock_router_reclaimable(RlockConn *conn);
 extern void rlock_router_tick(TimestampTz now);
 extern TimestampTz rlock_router_next(void);
 extern void rlock_router_conn_ready(RlockConn *conn);
