@@ -12,11 +12,12 @@
 #
 # - verify-full alone: the map names the intruder at 127.0.0.1, its
 #   certificate names that address, and a lock of its slot is granted
-#   there;
+#   there, and as a seed it is asked for the map;
 # - rlock.tls_server_name = 'rlock-cluster.test': the intruder is refused
 #   (58030, the detail and rlock_status() saying its certificate does not
-#   carry the name, nothing written there), the real primaries serve
-#   their keys, and the pinned name goes out as SNI, to the seeds too;
+#   carry the name, no connection past TLS and no script run there, the
+#   map asked of the next seed), the real primaries serve their keys, and the pinned name goes
+#   out as SNI, to the seeds too;
 # - behind Sentinel, a Sentinel that names the intruder as the primary:
 #   granted there by verify-full alone, refused with the pin, and a
 #   primary whose certificate carries the name is used.
@@ -52,14 +53,15 @@ is($cluster->owner($cluster->slot($bkey))->port, $intruder->port,
 my $aowner = $cluster->owner($cluster->slot($akey));
 ok((grep { $_ == $aowner } @real), 'a real primary serves the other key');
 
-# a seed that takes connections and never answers: it keeps the TLS
-# client hello rlock sends it
+# The seeds: one that takes connections and never answers (it keeps the
+# TLS client hello rlock sends it), the intruder, a real primary
 my $silent = RlockTest::Recorder->start;
-my $seed = '127.0.0.1:' . $real[0]->tls_port;
+my $bseed = '127.0.0.1:' . $intruder->tls_port;
+my $aseed = '127.0.0.1:' . $real[0]->tls_port;
 
 my $node = RlockTest::node('pin', $real[0],
 	conf => [ "rlock.topology = 'cluster'",
-		"rlock.nodes = '127.0.0.1:" . $silent->port . ",$seed'" ]);
+		"rlock.nodes = '127.0.0.1:" . $silent->port . ",$bseed,$aseed'" ]);
 
 sub status
 {
@@ -78,6 +80,23 @@ sub reconf
 	$node->reload;
 }
 
+# rlock's connections a server has (by their CLIENT SETNAME), and the
+# scripts it ran (only rlock runs scripts here)
+sub rlock_clients
+{
+	my ($redis) = @_;
+	return scalar(grep { / name=rlock_/ } split /\n/, $redis->cmd('CLIENT', 'LIST'));
+}
+
+sub scripts_run
+{
+	my ($redis) = @_;
+	my $stats = $redis->cmd('INFO', 'commandstats');
+	my $n = 0;
+	$n += $1 while $stats =~ /^cmdstat_eval(?:sha)?:calls=(\d+)/mg;
+	return $n;
+}
+
 # What the silent seed received from PostgreSQL since the last mark
 sub hellos
 {
@@ -91,11 +110,14 @@ sub hellos
 
 ok(RlockTest::wait_for_cluster_map($node, 4),
 	'verify-full: the map names four primaries, every connection ready');
+is(status('cluster_node'), $bseed, 'the intruder, a seed, is asked for the map');
 is($s->query_safe("SELECT rlock_session_try('$bkey')"), 't',
 	'a lock of the intruder\'s slot is granted');
 is(scalar(@{ $intruder->owners($bkey) }), 1, 'by the intruder: it holds the hash');
 is($s->query_safe("SELECT rlock_session_release('$bkey')"), 't',
 	'and released there');
+cmp_ok(rlock_clients($intruder), '>', 0, 'rlock has connections to the intruder');
+my $scripts = scripts_run($intruder);
 my @hello = hellos(0);
 ok(@hello && substr($hello[0], 0, 1) eq "\x16",
 	'the silent seed received a TLS client hello');
@@ -117,6 +139,9 @@ ok( RlockTest::wait_until(
   or diag(status('*'));
 like(status('command_connection'), qr/^(down|connecting|securing)$/,
 	'and shows a primary without a command connection');
+ok(RlockTest::wait_until(sub { status('cluster_node') eq $aseed }, 10),
+	'the map is asked of the real seed, not of the intruder')
+  or diag(status('cluster_node'));
 
 is($s->query_safe("SELECT rlock_session_try('$akey')"), 't',
 	'a real primary serves its key');
@@ -132,7 +157,9 @@ like($err,
 	qr/DETAIL:  No usable connection to Redis at 127\.0\.0\.1:${\ $intruder->tls_port }: certificate verify failed: the server's certificate does not name "\Q$pin\E"/,
 	'the detail names the node and the certificate problem');
 cmp_ok($elapsed, '<', 1 + 0.5, 'within rlock.connect_timeout');
-is($intruder->cmd('EXISTS', $bkey), 0, 'nothing was written on the intruder');
+ok(RlockTest::wait_until(sub { rlock_clients($intruder) == 0 }, 5),
+	'no connection of rlock to the intruder gets past TLS');
+is(scripts_run($intruder), $scripts, 'the intruder ran no script of rlock');
 
 @hello = hellos($period);
 ok((grep { index($_, $pin) >= 0 } @hello),
@@ -158,6 +185,8 @@ is($s->query_safe("SELECT rlock_session_try('pin:s')"), 't',
 is(scalar(@{ $sb->owners('pin:s') }), 1, 'by the intruder the Sentinel named');
 is($s->query_safe("SELECT rlock_session_release('pin:s')"), 't',
 	'and released there');
+$scripts = scripts_run($sb);
+cmp_ok($scripts, '>', 0, 'scripts ran there');
 
 reconf(tls_server_name => $pin);
 ok( RlockTest::wait_until(
@@ -174,7 +203,9 @@ like($err, qr/ERROR:  58030: could not reach Redis/, 'a lock fails with 58030');
 like($err,
 	qr/DETAIL:  No usable connection to Redis at 127\.0\.0\.1:${\ $sb->tls_port }: certificate verify failed: the server's certificate does not name "\Q$pin\E"/,
 	'the detail names the primary and the certificate problem');
-is($sb->cmd('EXISTS', 'pin:s'), 0, 'nothing was written on the intruder');
+ok(RlockTest::wait_until(sub { rlock_clients($sb) == 0 }, 5),
+	'no connection of rlock to that server gets past TLS');
+is(scripts_run($sb), $scripts, 'it ran no script of rlock');
 
 reconf(nodes => '127.0.0.1:' . $names_a->port);
 ok(RlockTest::wait_for_redis($node, 10),
