@@ -309,8 +309,8 @@ rlock_define_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomStringVariable("rlock.tls_server_name",
-							   "Name Redis's certificate must carry, also sent as SNI.",
-							   "Empty means rlock.host.",
+							   "Name every Redis data node's certificate must carry, also sent as SNI.",
+							   "Empty means the host connected to: rlock.host, the primary a Sentinel names, or a node the cluster map names.",
 							   &rlock_tls_server_name,
 							   "",
 							   PGC_SIGHUP, 0,
