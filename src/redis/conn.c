@@ -27,7 +27,8 @@
  * Replies are dispatched in order: each answers the oldest command of its
  * connection, and must fit the shape that command expects (redis.h).  A
  * reply with no command, one that does not fit, a push of an unexpected
- * shape, or bytes the reader refuses (reply.c) is a protocol violation:
+ * shape, or bytes the reader refuses (reply.c, which also keeps the
+ * replies of all connections within one budget) is a protocol violation:
  * the connection is marked failed and dropped at the next tick, and every
  * command on it is answered with NULL, which its sender treats like any
  * lost reply.  Each cause is logged the first time only.
@@ -1503,6 +1504,26 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 }
 
 /*
+ * The reader refused what the connection sent, or gave up its reply to
+ * keep the worker within RLOCK_REPLY_BUDGET while another connection
+ * read: drop the connection.
+ */
+static void
+conn_reader_fault(RlockConn *conn)
+{
+	char		fault[256];
+	char		detail[RLOCK_DETAIL_LEN];
+
+	rlock_reader_describe_fault(conn->reader, fault, sizeof(fault));
+	snprintf(detail, sizeof(detail), "a reply rlock does not accept: %s",
+			 fault);
+	rlock_conn_violation(conn,
+						 conn->reader->fault == RLOCK_READER_BUDGET ?
+						 RLOCK_VIOLATION_BUDGET : RLOCK_VIOLATION_READER,
+						 detail);
+}
+
+/*
  * Read what the socket has, up to a bound per wake-up (a server flooding
  * the connection must not keep the worker from everything else), and
  * dispatch every complete reply.
@@ -1555,13 +1576,7 @@ conn_read(RlockConn *conn)
 	}
 	if (conn->reader->fault != RLOCK_READER_OK)
 	{
-		char		fault[160];
-		char		detail[256];
-
-		rlock_reader_describe_fault(conn->reader, fault, sizeof(fault));
-		snprintf(detail, sizeof(detail), "a reply rlock does not accept: %s",
-				 fault);
-		rlock_conn_violation(conn, RLOCK_VIOLATION_READER, detail);
+		conn_reader_fault(conn);
 		return;
 	}
 	conn->read_more = true;		/* the bound was reached */
@@ -1753,6 +1768,18 @@ conn_role_due(RlockConn *conn)
 }
 
 /*
+ * Has the connection's reader a fault its connection was not dropped for
+ * yet?  A reader gives up its reply when another connection's reading
+ * needs the room (reply.c).
+ */
+static bool
+conn_reader_faulted(RlockConn *conn)
+{
+	return conn->reader != NULL && !conn->failed &&
+		conn->reader->fault != RLOCK_READER_OK;
+}
+
+/*
  * Advance one connection's life cycle: start attempts when due, enforce
  * the connect and command deadlines, drop connections found failed, and
  * check an idle command connection when asked to.
@@ -1762,6 +1789,9 @@ conn_tick(RlockConn *conn, TimestampTz now)
 {
 	RlockServer *srv = conn->server;
 
+	/* its reader gave up its reply while another connection read */
+	if (conn_reader_faulted(conn))
+		conn_reader_fault(conn);
 	if (conn->failed)
 	{
 		conn_closed(conn);
@@ -1892,6 +1922,18 @@ rlock_redis_tick(TimestampTz now)
 	rlock_router_tick(now);
 }
 
+/*
+ * When the reader of a connection needs the tick: at once if it gave up
+ * its reply (to another connection's reading).
+ */
+static TimestampTz
+conn_reader_due(RlockConn *conn)
+{
+	if (conn_reader_faulted(conn))
+		return 0;
+	return DT_NOEND;
+}
+
 static TimestampTz
 conn_next_tick(RlockConn *conn)
 {
@@ -1936,7 +1978,10 @@ rlock_redis_next_tick(void)
 	int			i;
 
 	for (i = 0; i < nall; i++)
+	{
 		next = Min(next, conn_next_tick(all[i]));
+		next = Min(next, conn_reader_due(all[i]));
+	}
 	next = Min(next, rlock_router_next());
 	return Min(next, rlock_sentinel_next());
 }

@@ -21,11 +21,12 @@
 
 #include <stdio.h>
 
+#include "utils/memutils.h"
+
 #include "redis/redis_int.h"
 
-/* A memory context for the reader to carry; shims.c never looks at it */
-static char unit_context_bytes[64];
-#define unit_context	((MemoryContext) unit_context_bytes)
+/* The memory context of the readers (shims.c's, made of malloc) */
+static MemoryContext unit_context = NULL;
 
 static RlockClusterMap map;
 static bool serving[RLOCK_CLUSTER_MAX_NODES];
@@ -49,6 +50,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "usage: cluster_map shards|slots 0|1 seed-host\n");
 		return 2;
 	}
+	unit_context = AllocSetContextCreate(NULL, "unit", ALLOCSET_DEFAULT_SIZES);
 	reader = rlock_reader_create(unit_context);
 	while (rc == 0 && (n = fread(buf, 1, sizeof(buf), stdin)) > 0)
 	{
