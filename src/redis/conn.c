@@ -18,11 +18,12 @@
  * handshake.c) -> READY, and back to DOWN on any failure.  Connecting and
  * the handshakes must end within rlock.connect_timeout; a READY
  * connection whose oldest command has waited longer than
- * rlock.command_timeout is dropped.  Reconnection uses exponential
- * back-off from 50 ms, capped at one second; the back-off starts over
- * only after a connection stayed up for a while, so a server that accepts
- * connections and then drops them is not hammered.  Each outage is
- * logged once, and its end once.
+ * rlock.command_timeout is dropped, and so is one that has had part of a
+ * reply for that long, whether a command waits or not.  Reconnection
+ * uses exponential back-off from 50 ms, capped at one second; the
+ * back-off starts over only after a connection stayed up for a while, so
+ * a server that accepts connections and then drops them is not hammered.
+ * Each outage is logged once, and its end once.
  *
  * Replies are dispatched in order: each answers the oldest command of its
  * connection, and must fit the shape that command expects (redis.h).  A
@@ -952,6 +953,7 @@ conn_release(RlockConn *conn)
 	}
 	rlock_reader_free(conn->reader);
 	conn->reader = NULL;
+	conn->partial_since = 0;
 	/* the output buffer, the reader's replies, the TLS state */
 	MemoryContextReset(conn->cxt);
 	conn->out.data = NULL;
@@ -1566,6 +1568,7 @@ conn_read(RlockConn *conn)
 		}
 		while ((rc = rlock_reader_next(conn->reader, &reply)) > 0)
 		{
+			conn->partial_since = 0;
 			conn_dispatch(conn, reply);
 			rlock_reply_free(reply);
 			if (conn->failed)
@@ -1580,6 +1583,19 @@ conn_read(RlockConn *conn)
 		return;
 	}
 	conn->read_more = true;		/* the bound was reached */
+}
+
+/*
+ * After a read: a reply left incomplete starts its clock (see conn_tick)
+ * unless it had started already.
+ */
+static void
+conn_note_partial(RlockConn *conn)
+{
+	if (conn->reader == NULL || !rlock_reader_partial(conn->reader))
+		conn->partial_since = 0;
+	else if (conn->partial_since == 0)
+		conn->partial_since = GetCurrentTimestamp();
 }
 
 /*
@@ -1616,6 +1632,8 @@ conn_io(RlockConn *conn)
 		case RLOCK_CONN_HANDSHAKE:
 		case RLOCK_CONN_READY:
 			conn_read(conn);
+			if (!conn->failed)
+				conn_note_partial(conn);
 			if (!conn->failed && conn->out_pos < conn->out.len)
 			{
 				conn_write(conn);
@@ -1780,6 +1798,18 @@ conn_reader_faulted(RlockConn *conn)
 }
 
 /*
+ * A reply must not stay incomplete for longer than rlock.command_timeout,
+ * whether a command waits for it or not (a push that stops half-way on a
+ * subscriber connection, which has no command waiting).
+ */
+static TimestampTz
+conn_partial_deadline(RlockConn *conn)
+{
+	return TimestampTzPlusMilliseconds(conn->partial_since,
+									   rlock_command_timeout);
+}
+
+/*
  * Advance one connection's life cycle: start attempts when due, enforce
  * the connect and command deadlines, drop connections found failed, and
  * check an idle command connection when asked to.
@@ -1904,6 +1934,17 @@ conn_tick(RlockConn *conn, TimestampTz now)
 			else if (keepalive && conn->use == RLOCK_USE_COMMAND &&
 					 now >= conn_keepalive_at(conn))
 				rlock_handshake_ping(conn);
+			if (conn->state == RLOCK_CONN_READY && conn->partial_since != 0 &&
+				now >= conn_partial_deadline(conn))
+			{
+				char		msg[128];
+
+				snprintf(msg, sizeof(msg),
+						 "a reply left incomplete for longer than rlock.command_timeout (%d ms)",
+						 rlock_command_timeout);
+				conn_close(conn, msg, true);
+				break;
+			}
 			if (conn_asks_role(conn) &&
 				now >= conn_role_due(conn))
 				rlock_handshake_role(conn);
@@ -1924,13 +1965,16 @@ rlock_redis_tick(TimestampTz now)
 
 /*
  * When the reader of a connection needs the tick: at once if it gave up
- * its reply (to another connection's reading).
+ * its reply (to another connection's reading), when a reply left
+ * incomplete is overdue.
  */
 static TimestampTz
 conn_reader_due(RlockConn *conn)
 {
 	if (conn_reader_faulted(conn))
 		return 0;
+	if (conn->state == RLOCK_CONN_READY && conn->partial_since != 0)
+		return conn_partial_deadline(conn);
 	return DT_NOEND;
 }
 

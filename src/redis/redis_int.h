@@ -213,6 +213,8 @@ struct RlockConn
 	StringInfoData out;			/* bytes to write, from out_pos */
 	int			out_pos;
 	RlockReader *reader;
+	TimestampTz partial_since;	/* part of a reply came then, and the rest
+								 * not yet; 0 if none */
 	bool		read_more;		/* stopped reading with bytes left */
 	int			pos;			/* position in the wait set, -1 if none */
 	uint32		registered;		/* events registered there */
