@@ -13,6 +13,10 @@
 #   budget of all readers is 32 MiB), keeps its pid, the postmaster is
 #   not restarted, connections are dropped with the budget named in
 #   rlock_status() and the log (once);
+# - the same budget with the readers alone (test/unit/reply_budget.c):
+#   the reader holding the most is dropped, the one growing or another,
+#   it gives its memory back at once, and a reader of small honest
+#   replies is never dropped;
 # - rlock.command_timeout lowered to 1 s: the replies still incomplete
 #   are dropped with that reason, though no command waits;
 # - the relay honest again: a lock on every primary works;
@@ -160,6 +164,26 @@ like(status($node, 'last_error'),
 	'rlock_status() names the budget');
 my @logged = slurp_file($node->logfile) =~ /(rlock dropped its command connection to Redis at [^\n]*more than $budget_mb MiB)/g;
 is(scalar(@logged), 1, 'the budget is logged once');
+
+#---- which reader the budget drops (test/unit/reply_budget.c) ----
+
+# Six readers fed 7 MB lies, three one after the other and three in
+# turns, and an honest reader taking a small reply after each piece
+my %budget = map { /^(\w+) (.*)$/ ? ($1 => $2) : () }
+  split /\n/, `${\ RlockTest::unit_program('reply_budget')}`;
+is($?, 0, 'the readers ran clean under AddressSanitizer');
+cmp_ok($budget{max_held}, '<=', $budget_mb * 1024 * 1024,
+	"all readers together never held more than $budget_mb MiB ($budget{max_held} bytes)");
+cmp_ok($budget{dropped_by_other}, '>=', 1,
+	'a reader holding more than the one growing is dropped for it');
+cmp_ok($budget{dropped_growing}, '>=', 1,
+	'a growing reader that holds the most is dropped itself');
+is($budget{held_after_drop}, 0, 'a dropped reader gives back all it held at once');
+is($budget{other_faults}, 0, 'no reader fails for another limit');
+is("$budget{honest_fault} $budget{honest_replies}", "0 $budget{turns}",
+	"the honest reader took its $budget{turns} small replies and was never dropped");
+like($budget{fault}, qr/more than $budget_mb MiB of memory, and this connection held the most/,
+	'the fault names the budget');
 
 #---- replies left incomplete, no command waiting ----
 
