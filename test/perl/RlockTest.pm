@@ -58,6 +58,9 @@ sub node
 		@{ $opt{conf} // [] }, ''));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION rlock');
+	# the worker shows in pg_stat_activity a moment after the start
+	wait_until(sub { worker_pid($node) ne '' }, 10)
+	  or die 'the rlock worker of node ' . $node->name . ' did not start';
 	return $node;
 }
 

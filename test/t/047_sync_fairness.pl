@@ -14,6 +14,9 @@ use RlockTest;
 use RlockTest::Proxy;
 use RlockTest::Redis;
 
+plan skip_all => 'the line does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
 my $redis = RlockTest::Redis->start;
 my $replica = RlockTest::Redis->start(
 	args => [ '--replicaof', '127.0.0.1', $redis->port ]);
@@ -34,9 +37,6 @@ sub status
 
 ok(RlockTest::wait_until(sub { status('sync_connection') eq 'ready' }, 20),
 	'rlock waits for the replica (auto found it)');
-
-plan skip_all => 'the line does not depend on TLS: the plain round runs this'
-  if RlockTest::TLS::everywhere();
 
 # the same load with acquisitions not synced, as the yardstick
 $node->append_conf('postgresql.conf', 'rlock.sync_replicas = off');
