@@ -55,6 +55,20 @@ sub start
 	return $self;
 }
 
+# A replica of this server, started like any other (options as start's),
+# once its link to this server is up; dies if it is not within 20 s.
+sub start_replica
+{
+	my ($self, %opt) = @_;
+	my $replica = RlockTest::Redis->start(%opt,
+		args => [ @{ $opt{args} // [] }, '--replicaof', '127.0.0.1', $self->port ]);
+	RlockTest::wait_until(
+		sub { ($replica->cmd('INFO', 'replication') // '') =~ /master_link_status:up/ },
+		20)
+	  or die 'the replica on port ' . $replica->port . ' did not attach';
+	return $replica;
+}
+
 sub port { $_[0]{port} }
 
 # The TLS port, undef without TLS.
