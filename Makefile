@@ -42,7 +42,7 @@ endif
 REGRESS = api errors scopes savepoints procedures tokens views
 REGRESS_OPTS = --temp-instance=./tmp_regress \
 	--temp-config=./test/out/rlock.conf
-ISOLATION = blocking wakeup commit_visible abort_release session_xact
+ISOLATION = blocking wakeup commit_visible abort_release session_xact deadlock
 ISOLATION_OPTS = --temp-instance=./tmp_iso \
 	--temp-config=./test/out/rlock.conf
 TAP_TESTS = 1
@@ -100,6 +100,7 @@ UNIT_CFLAGS = -g -O1 -Wall -Werror -fsanitize=address,undefined \
 
 # each program: its own .c in test/unit, and the code it runs
 $(UNIT_OUT)/cluster_map: src/redis/cluster.c src/redis/reply.c test/fuzz/shims.c
+$(UNIT_OUT)/reply_budget: src/redis/reply.c test/fuzz/shims.c
 $(UNIT_OUT)/keyslot: src/shared/slots.c
 $(UNIT_OUT)/%: test/unit/%.c $(wildcard src/*/*.h)
 	@mkdir -p $(@D)

@@ -87,6 +87,12 @@ PREPARE TRANSACTION 'rlock_p1';
 \echo :LAST_ERROR_SQLSTATE
 -- the failed PREPARE rolled back and released the lock
 SELECT rlock_held('err:prepare'), rlock_is_locked('err:prepare');
+-- (a transaction's advisory lock, by contrast, goes with it)
+BEGIN;
+SELECT pg_advisory_xact_lock(7);
+PREPARE TRANSACTION 'rlock_p3';
+SELECT objid, pid IS NULL AS prepared FROM pg_locks WHERE locktype = 'advisory';
+ROLLBACK PREPARED 'rlock_p3';
 -- session-scoped locks stay with the session and do not prevent it
 BEGIN;
 SELECT rlock_session_try('err:prepare-session');

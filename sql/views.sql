@@ -98,3 +98,13 @@ DROP ROLE rlock_views_stats;
 SELECT rlock_stats_reset();
 SELECT acquired + refused + released + timed_out + cancelled + failed AS total
 FROM rlock_stats;
+
+-- rlock's locks are not PostgreSQL locks: pg_locks lists the advisory
+-- lock, not the rlock; rlock_locks lists the rlock
+BEGIN;
+SELECT rlock_try('views:pg_locks');
+SELECT pg_advisory_xact_lock(42);
+SELECT locktype, objid, mode, granted FROM pg_locks
+WHERE pid = pg_backend_pid() AND locktype NOT IN ('relation', 'virtualxid');
+SELECT key, scope, state FROM rlock_locks WHERE pid = pg_backend_pid();
+COMMIT;

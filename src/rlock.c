@@ -88,6 +88,7 @@ int			rlock_sentinel_tls = RLOCK_TLS_OFF;
 int			rlock_sync_replicas = RLOCK_SYNC_AUTO;
 static char *rlock_sync_replicas_text = NULL;
 int			rlock_sync_timeout = 1000;
+int			rlock_failover_timeout = 60000;
 
 static const struct config_enum_entry cluster_pubsub_options[] = {
 	{"auto", RLOCK_CLUSTER_PUBSUB_AUTO, false},
@@ -308,8 +309,8 @@ rlock_define_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomStringVariable("rlock.tls_server_name",
-							   "Name Redis's certificate must carry, also sent as SNI.",
-							   "Empty means rlock.host.",
+							   "Name every Redis data node's certificate must carry, also sent as SNI.",
+							   "Empty means the host connected to: rlock.host, the primary a Sentinel names, or a node the cluster map names.",
 							   &rlock_tls_server_name,
 							   "",
 							   PGC_SIGHUP, 0,
@@ -385,6 +386,14 @@ rlock_define_settings(void)
 							"An acquisition not confirmed within it is undone and fails.",
 							&rlock_sync_timeout,
 							1000, 1, RLOCK_MAX_TIMEOUT_MS,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.failover_timeout",
+							"Longest a waiter keeps its place while its primary is out of reach behind Sentinels or in a Redis Cluster.",
+							"A session that was told the lock is busy waits this long for a failover to name a reachable primary; everything else fails after rlock.connect_timeout, as with a single server.",
+							&rlock_failover_timeout,
+							60000, 0, RLOCK_MAX_TIMEOUT_MS,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

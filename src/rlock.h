@@ -127,6 +127,7 @@ extern int	rlock_sentinel_tls;
 #define RLOCK_SYNC_MAX		64
 extern int	rlock_sync_replicas;
 extern int	rlock_sync_timeout;
+extern int	rlock_failover_timeout;
 
 /* Most nodes rlock.nodes may list */
 #define RLOCK_MAX_NODES		16

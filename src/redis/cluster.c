@@ -10,7 +10,9 @@
  * primaries for one slot, a port of 0, a host that cannot be one, more
  * nodes than rlock keeps) is refused as a whole with the reason, and the
  * caller keeps the map it had.  Slots no primary serves are left without
- * an owner, as Redis answers for them.
+ * an owner, as Redis answers for them.  CLUSTER SHARDS also names the
+ * primaries that serve no slot yet (a node being given its first ones),
+ * which the map keeps as nodes without slots; CLUSTER SLOTS does not.
  *
  * Where a node is reached: its endpoint as the reply gives it (an
  * address, or a host name with cluster-preferred-endpoint-type), the
@@ -259,8 +261,11 @@ rlock_cluster_map_from_shards(const RlockReply *reply, bool tls,
 			snprintf(error, errlen, "a shard without its slots and nodes");
 			return false;
 		}
-		if (slots->elements == 0)
-			continue;			/* serves nothing: not a primary to know */
+		/*
+		 * A primary that serves no slot yet is kept too: a slot migrating
+		 * to it is ASKed there, and a redirection goes only to a node of
+		 * the map.
+		 */
 		for (i = 0; i < nodes->elements; i++)
 		{
 			const RlockReply *node = nodes->element[i];

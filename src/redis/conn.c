@@ -18,16 +18,18 @@
  * handshake.c) -> READY, and back to DOWN on any failure.  Connecting and
  * the handshakes must end within rlock.connect_timeout; a READY
  * connection whose oldest command has waited longer than
- * rlock.command_timeout is dropped.  Reconnection uses exponential
- * back-off from 50 ms, capped at one second; the back-off starts over
- * only after a connection stayed up for a while, so a server that accepts
- * connections and then drops them is not hammered.  Each outage is
- * logged once, and its end once.
+ * rlock.command_timeout is dropped, and so is one that has had part of a
+ * reply for that long, whether a command waits or not.  Reconnection
+ * uses exponential back-off from 50 ms, capped at one second; the
+ * back-off starts over only after a connection stayed up for a while, so
+ * a server that accepts connections and then drops them is not hammered.
+ * Each outage is logged once, and its end once.
  *
  * Replies are dispatched in order: each answers the oldest command of its
  * connection, and must fit the shape that command expects (redis.h).  A
  * reply with no command, one that does not fit, a push of an unexpected
- * shape, or bytes the reader refuses (reply.c) is a protocol violation:
+ * shape, or bytes the reader refuses (reply.c, which also keeps the
+ * replies of all connections within one budget) is a protocol violation:
  * the connection is marked failed and dropped at the next tick, and every
  * command on it is answered with NULL, which its sender treats like any
  * lost reply.  Each cause is logged the first time only.
@@ -537,8 +539,6 @@ rlock_node_move(RlockNode *node, const char *host, int port)
 	int			i;
 
 	rlock_server_set_address(&node->server, host, port);
-	node->unmapped = false;
-	node->asked_at = 0;
 	node->note_at = 0;
 	for (i = 0; i < RLOCK_NDATA; i++)
 	{
@@ -953,6 +953,7 @@ conn_release(RlockConn *conn)
 	}
 	rlock_reader_free(conn->reader);
 	conn->reader = NULL;
+	conn->partial_since = 0;
 	/* the output buffer, the reader's replies, the TLS state */
 	MemoryContextReset(conn->cxt);
 	conn->out.data = NULL;
@@ -1019,7 +1020,13 @@ conn_closed(RlockConn *conn)
 	}
 	conn->retry_at = TimestampTzPlusMilliseconds(now, conn->backoff_ms);
 	conn->backoff_ms = Min(conn->backoff_ms * 2, RLOCK_BACKOFF_MAX_MS);
-	if (quiet)
+	if (conn->idle_drop)
+	{
+		/* no outage: made again at once when used, and logged afresh */
+		conn_start_over(conn);
+		conn->since = now;
+	}
+	else if (quiet)
 		conn->outage_logged = true;
 	else
 		conn_log_failure(conn, was_ready);
@@ -1038,6 +1045,47 @@ conn_closed(RlockConn *conn)
 			rlock_sentinel_recheck();
 		events->lost(conn);
 	}
+	conn->idle_drop = false;
+}
+
+/*
+ * Do waiters need the subscriptions of this subscriber connection?
+ */
+bool
+rlock_conn_subscribed(RlockConn *conn)
+{
+	return events->subscribed(conn);
+}
+
+/*
+ * No file descriptor is left for a new socket: close the idle connection
+ * that was used least recently, if there is one (a Redis Cluster
+ * primary's, made for commands that are answered).  True if one was
+ * closed, and so a descriptor freed.
+ */
+bool
+rlock_conn_reclaim(RlockConn *asking)
+{
+	RlockConn  *oldest = NULL;
+	int			i;
+
+	for (i = 0; i < nall; i++)
+	{
+		RlockConn  *c = all[i];
+
+		if (c == asking || c->node == NULL || c->sock == PGINVALID_SOCKET ||
+			c->state != RLOCK_CONN_READY || !rlock_router_reclaimable(c))
+			continue;
+		if (oldest == NULL || c->used_at < oldest->used_at)
+			oldest = c;
+	}
+	if (oldest == NULL)
+		return false;
+	oldest->quiet_drop = true;
+	oldest->idle_drop = true;
+	conn_close(oldest, "its descriptor was needed for a connection in use",
+			   false);
+	return true;
 }
 
 /*
@@ -1198,6 +1246,9 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 
 	if (!conn_writable(conn))
 		return false;
+	/* a Redis Cluster primary's connection in use is kept */
+	if (conn->node != NULL && !cmd->internal)
+		conn->used_at = GetCurrentTimestamp();
 	if (format_max < args->argc)
 	{
 		format_max = Max(args->argc, 2 * format_max);
@@ -1455,6 +1506,26 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 }
 
 /*
+ * The reader refused what the connection sent, or gave up its reply to
+ * keep the worker within RLOCK_REPLY_BUDGET while another connection
+ * read: drop the connection.
+ */
+static void
+conn_reader_fault(RlockConn *conn)
+{
+	char		fault[256];
+	char		detail[RLOCK_DETAIL_LEN];
+
+	rlock_reader_describe_fault(conn->reader, fault, sizeof(fault));
+	snprintf(detail, sizeof(detail), "a reply rlock does not accept: %s",
+			 fault);
+	rlock_conn_violation(conn,
+						 conn->reader->fault == RLOCK_READER_BUDGET ?
+						 RLOCK_VIOLATION_BUDGET : RLOCK_VIOLATION_READER,
+						 detail);
+}
+
+/*
  * Read what the socket has, up to a bound per wake-up (a server flooding
  * the connection must not keep the worker from everything else), and
  * dispatch every complete reply.
@@ -1497,6 +1568,7 @@ conn_read(RlockConn *conn)
 		}
 		while ((rc = rlock_reader_next(conn->reader, &reply)) > 0)
 		{
+			conn->partial_since = 0;
 			conn_dispatch(conn, reply);
 			rlock_reply_free(reply);
 			if (conn->failed)
@@ -1507,16 +1579,23 @@ conn_read(RlockConn *conn)
 	}
 	if (conn->reader->fault != RLOCK_READER_OK)
 	{
-		char		fault[160];
-		char		detail[256];
-
-		rlock_reader_describe_fault(conn->reader, fault, sizeof(fault));
-		snprintf(detail, sizeof(detail), "a reply rlock does not accept: %s",
-				 fault);
-		rlock_conn_violation(conn, RLOCK_VIOLATION_READER, detail);
+		conn_reader_fault(conn);
 		return;
 	}
 	conn->read_more = true;		/* the bound was reached */
+}
+
+/*
+ * After a read: a reply left incomplete starts its clock (see conn_tick)
+ * unless it had started already.
+ */
+static void
+conn_note_partial(RlockConn *conn)
+{
+	if (conn->reader == NULL || !rlock_reader_partial(conn->reader))
+		conn->partial_since = 0;
+	else if (conn->partial_since == 0)
+		conn->partial_since = GetCurrentTimestamp();
 }
 
 /*
@@ -1553,6 +1632,8 @@ conn_io(RlockConn *conn)
 		case RLOCK_CONN_HANDSHAKE:
 		case RLOCK_CONN_READY:
 			conn_read(conn);
+			if (!conn->failed)
+				conn_note_partial(conn);
 			if (!conn->failed && conn->out_pos < conn->out.len)
 			{
 				conn_write(conn);
@@ -1705,6 +1786,30 @@ conn_role_due(RlockConn *conn)
 }
 
 /*
+ * Has the connection's reader a fault its connection was not dropped for
+ * yet?  A reader gives up its reply when another connection's reading
+ * needs the room (reply.c).
+ */
+static bool
+conn_reader_faulted(RlockConn *conn)
+{
+	return conn->reader != NULL && !conn->failed &&
+		conn->reader->fault != RLOCK_READER_OK;
+}
+
+/*
+ * A reply must not stay incomplete for longer than rlock.command_timeout,
+ * whether a command waits for it or not (a push that stops half-way on a
+ * subscriber connection, which has no command waiting).
+ */
+static TimestampTz
+conn_partial_deadline(RlockConn *conn)
+{
+	return TimestampTzPlusMilliseconds(conn->partial_since,
+									   rlock_command_timeout);
+}
+
+/*
  * Advance one connection's life cycle: start attempts when due, enforce
  * the connect and command deadlines, drop connections found failed, and
  * check an idle command connection when asked to.
@@ -1714,6 +1819,9 @@ conn_tick(RlockConn *conn, TimestampTz now)
 {
 	RlockServer *srv = conn->server;
 
+	/* its reader gave up its reply while another connection read */
+	if (conn_reader_faulted(conn))
+		conn_reader_fault(conn);
 	if (conn->failed)
 	{
 		conn_closed(conn);
@@ -1767,14 +1875,19 @@ conn_tick(RlockConn *conn, TimestampTz now)
 			{
 				const char *why;
 
-				/* a node that no longer serves slots, or a topology
-				 * that is no longer in use */
+				/* idle, a node that no longer serves slots, or a
+				 * topology that is no longer in use */
 				if (!conn_wanted(conn, &why))
 				{
+					bool		idle = rlock_redis_cluster() &&
+						conn->node->primary;
+
 					conn->quiet_drop = true;
-					conn_close(conn,
+					conn->idle_drop = idle;
+					conn_close(conn, idle ?
+							   "not used for a while (a Redis Cluster primary's connections are made when used)" :
 							   "the node no longer serves slots of the Redis Cluster",
-							   true);
+							   !idle);
 					break;
 				}
 			}
@@ -1821,6 +1934,17 @@ conn_tick(RlockConn *conn, TimestampTz now)
 			else if (keepalive && conn->use == RLOCK_USE_COMMAND &&
 					 now >= conn_keepalive_at(conn))
 				rlock_handshake_ping(conn);
+			if (conn->state == RLOCK_CONN_READY && conn->partial_since != 0 &&
+				now >= conn_partial_deadline(conn))
+			{
+				char		msg[128];
+
+				snprintf(msg, sizeof(msg),
+						 "a reply left incomplete for longer than rlock.command_timeout (%d ms)",
+						 rlock_command_timeout);
+				conn_close(conn, msg, true);
+				break;
+			}
 			if (conn_asks_role(conn) &&
 				now >= conn_role_due(conn))
 				rlock_handshake_role(conn);
@@ -1837,6 +1961,21 @@ rlock_redis_tick(TimestampTz now)
 		conn_tick(all[i], now);
 	rlock_sentinel_tick(now);
 	rlock_router_tick(now);
+}
+
+/*
+ * When the reader of a connection needs the tick: at once if it gave up
+ * its reply (to another connection's reading), when a reply left
+ * incomplete is overdue.
+ */
+static TimestampTz
+conn_reader_due(RlockConn *conn)
+{
+	if (conn_reader_faulted(conn))
+		return 0;
+	if (conn->state == RLOCK_CONN_READY && conn->partial_since != 0)
+		return conn_partial_deadline(conn);
+	return DT_NOEND;
 }
 
 static TimestampTz
@@ -1883,7 +2022,10 @@ rlock_redis_next_tick(void)
 	int			i;
 
 	for (i = 0; i < nall; i++)
+	{
 		next = Min(next, conn_next_tick(all[i]));
+		next = Min(next, conn_reader_due(all[i]));
+	}
 	next = Min(next, rlock_router_next());
 	return Min(next, rlock_sentinel_next());
 }

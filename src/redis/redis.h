@@ -183,6 +183,8 @@ typedef struct RlockConnEvents
 	 * moved to another node */
 	void		(*unsubscribed) (RlockConn *conn, const char *channel,
 								 int channellen);
+	/* does a subscriber connection carry subscriptions the worker needs */
+	bool		(*subscribed) (RlockConn *conn);
 } RlockConnEvents;
 
 

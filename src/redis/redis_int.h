@@ -34,6 +34,17 @@
 														 * reply */
 
 /*
+ * What the readers of all the worker's connections together may hold:
+ * hiredis's buffers, replies being read and replies not yet handed over,
+ * counted as the allocator holds them.  When a reader would take more,
+ * the one holding the most has its reply refused and its connection is
+ * dropped.  Two connections at their own limits (8 MiB of reply and a
+ * buffer of up to 3 MiB each) fit; what rlock reads in normal operation
+ * (a slot map of 512 primaries is about 1 MiB) stays far below.
+ */
+#define RLOCK_REPLY_BUDGET			(32 * 1024 * 1024)
+
+/*
  * Commands are not queued on a connection while more than this is waiting
  * to be written (a Redis that stopped reading): their senders keep them
  * for later, as when there is no connection.
@@ -50,6 +61,7 @@ typedef enum RlockReaderFault
 	RLOCK_READER_DEPTH,			/* arrays nested deeper than the limit */
 	RLOCK_READER_BYTES,			/* a reply over RLOCK_REPLY_MAX_BYTES */
 	RLOCK_READER_PENDING,		/* too many bytes without a whole reply */
+	RLOCK_READER_BUDGET,		/* all readers would hold too much */
 	RLOCK_READER_PROTOCOL,		/* not RESP2 */
 	RLOCK_READER_MEMORY			/* out of memory */
 } RlockReaderFault;
@@ -58,9 +70,13 @@ typedef enum RlockReaderFault
 
 typedef struct RlockReader
 {
-	struct redisReader *hiredis;
-	MemoryContext cxt;			/* replies are allocated here */
-	Size		bytes;			/* memory of the reply being read */
+	struct redisReader *hiredis;	/* NULL once a fault freed it */
+	MemoryContext cxt;			/* the reply being read, and the one handed
+								 * over until the next call: reset then */
+	dlist_node	node;			/* in reply.c's list of readers */
+	Size		held;			/* memory charged to RLOCK_REPLY_BUDGET */
+	bool		building;		/* part of a reply is read */
+	bool		handed;			/* a reply was handed over */
 	RlockReaderFault fault;
 	int64		fault_value;	/* the number that broke a limit */
 	char		fault_text[128];	/* hiredis's words for a protocol error */
@@ -82,6 +98,7 @@ extern bool rlock_reader_feed(RlockReader *reader, const char *buf,
 							  size_t len);
 extern int	rlock_reader_next(RlockReader *reader, RlockReply **reply);
 extern size_t rlock_reader_pending(RlockReader *reader);
+extern bool rlock_reader_partial(RlockReader *reader);
 extern bool rlock_reader_check_pending(RlockReader *reader);
 extern void rlock_reader_describe_fault(RlockReader *reader, char *buf,
 										size_t size);
@@ -154,6 +171,7 @@ typedef enum RlockViolation
 	RLOCK_VIOLATION_SHAPE,		/* a reply that does not fit its command */
 	RLOCK_VIOLATION_PUBSUB,		/* a push of an unexpected shape */
 	RLOCK_VIOLATION_READER,		/* see RlockReaderFault */
+	RLOCK_VIOLATION_BUDGET,		/* RLOCK_READER_BUDGET */
 	RLOCK_VIOLATION_HANDSHAKE,	/* a handshake answer that makes no sense */
 	RLOCK_NVIOLATIONS
 } RlockViolation;
@@ -195,6 +213,8 @@ struct RlockConn
 	StringInfoData out;			/* bytes to write, from out_pos */
 	int			out_pos;
 	RlockReader *reader;
+	TimestampTz partial_since;	/* part of a reply came then, and the rest
+								 * not yet; 0 if none */
 	bool		read_more;		/* stopped reading with bytes left */
 	int			pos;			/* position in the wait set, -1 if none */
 	uint32		registered;		/* events registered there */
@@ -224,6 +244,9 @@ struct RlockConn
 	/* life cycle */
 	bool		failed;			/* unusable: dropped at the next tick */
 	bool		quiet_drop;		/* for a cause logged on its own */
+	bool		idle_drop;		/* closed for want of use: no outage */
+	TimestampTz used_at;		/* a Redis Cluster primary's: a command
+								 * was last routed to it then */
 	TimestampTz deadline;		/* connect and handshake must end by then */
 	TimestampTz retry_at;		/* next attempt while DOWN */
 	int			backoff_ms;
@@ -297,16 +320,21 @@ typedef struct RlockNode
 	RlockServer server;
 	RlockConn  *conn[RLOCK_NDATA];
 	int			index;			/* in router.c's table */
-	bool		primary;		/* serves slots, as far as rlock knows */
-	bool		unmapped;		/* made for a redirection, not in a map */
-	TimestampTz asked_at;		/* an ASK named it then */
+	bool		primary;		/* a primary of the latest map (serving
+								 * slots, or none yet) */
 	char		note[128];		/* the latest TRYAGAIN or CLUSTERDOWN */
 	TimestampTz note_at;
 } RlockNode;
 
+/* conn.c: what the router asks of the connections */
+extern bool rlock_conn_subscribed(RlockConn *conn);
+extern bool rlock_conn_reclaim(RlockConn *asking);
+
 /* router.c */
 extern void rlock_router_configure(void);
 extern bool rlock_router_wanted(RlockConn *conn);
+extern bool rlock_router_idle(RlockConn *conn);
+extern bool rlock_router_reclaimable(RlockConn *conn);
 extern void rlock_router_tick(TimestampTz now);
 extern TimestampTz rlock_router_next(void);
 extern void rlock_router_conn_ready(RlockConn *conn);

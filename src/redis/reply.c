@@ -10,15 +10,35 @@
  * allocating anything, a string longer than RLOCK_REPLY_MAX_STRING, an
  * array of more than RLOCK_REPLY_MAX_ELEMENTS elements, arrays nested
  * deeper than RLOCK_REPLY_MAX_DEPTH and a reply that would take more than
- * RLOCK_REPLY_MAX_BYTES of memory.  A refusal makes the reader fail for
- * good; the connection is then dropped.  hiredis waits for a bulk string
- * to be complete before it calls back, so the connection also bounds the
- * bytes buffered without a complete reply (rlock_reader_pending()).
+ * RLOCK_REPLY_MAX_BYTES of memory.  hiredis waits for a bulk string to be
+ * complete before it calls back, so the reader also bounds the bytes
+ * buffered without a complete reply (RLOCK_REPLY_MAX_PENDING).
+ *
+ * Those limits are per connection; the worker has many connections (in a
+ * Redis Cluster, three per primary).  All readers of the process share
+ * one budget, RLOCK_REPLY_BUDGET, charged with what the allocator really
+ * holds for them, not what the protocol announces: the memory context of
+ * each reader's replies (its blocks, as AllocSet took them from malloc)
+ * and hiredis's buffer (an sds string, which grows greedily and is given
+ * back here when it holds far more than the bytes still to parse).  A
+ * reader's replies live in a context of their own, reset once the reply
+ * was handed over and the caller asks for more, so an idle reader holds
+ * next to nothing.  Before a reader takes more, room is made: while the
+ * total would pass the budget, the reader holding the most is faulted
+ * (RLOCK_READER_BUDGET) and gives back everything at once; its connection
+ * is dropped the next time the connection layer looks (conn.c).  The
+ * reader that grows is refused only when it holds the most itself, so a
+ * connection with small honest replies is not the one a liar's large
+ * ones push out.
+ *
+ * A fault is final, and a faulted reader holds nothing but its keeper
+ * block: hiredis's reader and everything read are freed when the fault
+ * is found.
  *
  * The callbacks run inside hiredis: they never raise an error (memory is
- * allocated with MCXT_ALLOC_NO_OOM) and keep no state but the reader's.
+ * allocated with MCXT_ALLOC_NO_OOM) and keep no state but the readers'.
  *
- * This file uses nothing of the server but palloc and pfree, so that the
+ * This file uses nothing of the server but memory contexts, so that the
  * fuzzing target in test/fuzz can build it on its own.
  *
  * Copyright (c) 2026, rlock developers
@@ -31,24 +51,123 @@
 #include "postgres.h"
 
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
+
+#include "utils/memutils.h"
 
 #include "redis/redis_int.h"
 
 /*
- * Account for "size" more bytes of the reply being read; false (and the
- * fault recorded) if that breaks the limit.
+ * The context of a reader's replies has small blocks (ALLOCSET_SMALL_SIZES),
+ * so that a value larger than a kilobyte gets a block of its own (given
+ * back to malloc when freed) and a small one costs at most one new block
+ * of this size.
+ */
+#define RLOCK_REPLY_BLOCK			ALLOCSET_SMALL_MAXSIZE
+
+/* What AllocSet adds to a value with a block of its own, at most */
+#define RLOCK_REPLY_OVERHEAD		128
+
+/* hiredis's buffer is kept as it is up to this much more than the bytes
+ * it still has to parse (hiredis's own REDIS_READER_MAX_BUF) */
+#define RLOCK_READER_KEEP			(16 * 1024)
+
+/* Every reader of the process, and the memory they hold together */
+static dlist_head readers = DLIST_STATIC_INIT(readers);
+static Size readers_held = 0;
+
+/*
+ * Charge a reader with what it holds now: its replies' context, as
+ * allocated from malloc, and hiredis's buffer.
+ */
+static void
+reader_recount(RlockReader *reader)
+{
+	Size		now = MemoryContextMemAllocated(reader->cxt, false);
+
+	if (reader->hiredis != NULL && reader->hiredis->buf != NULL)
+		now += sdsAllocSize(reader->hiredis->buf);
+	Assert(readers_held >= reader->held);
+	readers_held = readers_held - reader->held + now;
+	reader->held = now;
+}
+
+/*
+ * A fault was found outside hiredis's calls: give back everything the
+ * reader holds.  hiredis's reader goes too (a fault is final); a reply
+ * being read is in the context, freed with it.
+ */
+static void
+reader_release(RlockReader *reader)
+{
+	Assert(reader->fault != RLOCK_READER_OK);
+	if (reader->hiredis != NULL)
+	{
+		reader->hiredis->reply = NULL;
+		redisReaderFree(reader->hiredis);
+		reader->hiredis = NULL;
+	}
+	MemoryContextReset(reader->cxt);
+	reader->building = false;
+	reader->handed = false;
+	reader_recount(reader);
+}
+
+/*
+ * Record a fault found outside hiredis's calls, and release the reader.
+ */
+static void
+reader_fail(RlockReader *reader, RlockReaderFault fault, int64 value)
+{
+	reader->fault = fault;
+	reader->fault_value = value;
+	reader_release(reader);
+}
+
+/*
+ * Make room under the budget for "more" bytes that "growing" is about to
+ * take: while the readers would hold too much, the one holding the most
+ * (counting what "growing" is about to take) is faulted.  Another reader
+ * is released at once (it is not inside hiredis: only one reader runs at
+ * a time); "growing" itself only has the fault recorded, and false is
+ * returned: its caller refuses the value, or releases it.
  */
 static bool
-reader_charge(RlockReader *reader, Size size)
+reader_make_room(RlockReader *growing, Size more)
 {
-	if (reader->bytes + size > RLOCK_REPLY_MAX_BYTES)
+	while (readers_held + more > RLOCK_REPLY_BUDGET)
 	{
-		reader->fault = RLOCK_READER_BYTES;
-		reader->fault_value = (int64) (reader->bytes + size);
-		return false;
+		RlockReader *largest = NULL;
+		dlist_iter	iter;
+
+		dlist_foreach(iter, &readers)
+		{
+			RlockReader *r = dlist_container(RlockReader, node, iter.cur);
+
+			if (r != growing && r->fault == RLOCK_READER_OK &&
+				(largest == NULL || r->held > largest->held))
+				largest = r;
+		}
+		if (largest == NULL || largest->held <= growing->held + more)
+		{
+			growing->fault = RLOCK_READER_BUDGET;
+			growing->fault_value = (int64) (growing->held + more);
+			return false;
+		}
+		reader_fail(largest, RLOCK_READER_BUDGET, (int64) largest->held);
 	}
-	reader->bytes += size;
 	return true;
+}
+
+/*
+ * What allocating "size" bytes in a reader's context may add to what the
+ * context holds: a block of its own for a large value, at most a new
+ * block for a small one.
+ */
+static Size
+reader_alloc_cost(Size size)
+{
+	return Max(MAXALIGN(size) + RLOCK_REPLY_OVERHEAD, RLOCK_REPLY_BLOCK);
 }
 
 /*
@@ -57,15 +176,28 @@ reader_charge(RlockReader *reader, Size size)
 static RlockReply *
 reader_alloc(RlockReader *reader, Size extra)
 {
+	Size		size = sizeof(RlockReply) + extra;
+	Size		cost = reader_alloc_cost(size);
+	Size		reply_memory = MemoryContextMemAllocated(reader->cxt, false);
 	RlockReply *reply;
 
-	if (!reader_charge(reader, sizeof(RlockReply) + extra))
+	if (reply_memory + cost > RLOCK_REPLY_MAX_BYTES)
+	{
+		reader->fault = RLOCK_READER_BYTES;
+		reader->fault_value = (int64) (reply_memory + cost);
 		return NULL;
-	reply = MemoryContextAllocExtended(reader->cxt,
-									   sizeof(RlockReply) + extra,
+	}
+	if (!reader_make_room(reader, cost))
+		return NULL;
+	reply = MemoryContextAllocExtended(reader->cxt, size,
 									   MCXT_ALLOC_NO_OOM | MCXT_ALLOC_ZERO);
 	if (reply == NULL)
+	{
 		reader->fault = RLOCK_READER_MEMORY;
+		return NULL;
+	}
+	reader->building = true;
+	reader_recount(reader);
 	return reply;
 }
 
@@ -219,26 +351,29 @@ static redisReplyObjectFunctions reader_functions = {
 };
 
 /*
- * A reader whose replies are allocated in "cxt".  NULL if hiredis could
- * not allocate its own part.
+ * A reader whose replies are allocated in a context of its own under
+ * "parent".  NULL if hiredis could not allocate its own part.
  */
 RlockReader *
-rlock_reader_create(MemoryContext cxt)
+rlock_reader_create(MemoryContext parent)
 {
 	RlockReader *reader;
 
-	reader = MemoryContextAllocExtended(cxt, sizeof(RlockReader),
+	reader = MemoryContextAllocExtended(parent, sizeof(RlockReader),
 										MCXT_ALLOC_NO_OOM | MCXT_ALLOC_ZERO);
 	if (reader == NULL)
 		return NULL;
-	reader->cxt = cxt;
 	reader->hiredis = redisReaderCreateWithFunctions(&reader_functions);
 	if (reader->hiredis == NULL)
 	{
 		pfree(reader);
 		return NULL;
 	}
+	reader->cxt = AllocSetContextCreate(parent, "rlock reply",
+										ALLOCSET_SMALL_SIZES);
 	reader->hiredis->privdata = reader;
+	dlist_push_tail(&readers, &reader->node);
+	reader_recount(reader);
 	return reader;
 }
 
@@ -247,22 +382,92 @@ rlock_reader_free(RlockReader *reader)
 {
 	if (reader == NULL)
 		return;
-	redisReaderFree(reader->hiredis);
+	if (reader->hiredis != NULL)
+	{
+		reader->hiredis->reply = NULL;	/* in the context, deleted below */
+		redisReaderFree(reader->hiredis);
+	}
+	MemoryContextDelete(reader->cxt);
+	Assert(readers_held >= reader->held);
+	readers_held -= reader->held;
+	dlist_delete(&reader->node);
 	pfree(reader);
 }
 
 /*
- * Record a fault of hiredis's own, if a callback did not record one.
+ * Record a fault of hiredis's own, if a callback did not record one, and
+ * release the reader.  hiredis freed the reply it was reading and its
+ * buffer already.
  */
 static void
 reader_note_failure(RlockReader *reader)
 {
-	if (reader->fault != RLOCK_READER_OK)
+	if (reader->fault == RLOCK_READER_OK)
+	{
+		reader->fault = (reader->hiredis->err == REDIS_ERR_PROTOCOL) ?
+			RLOCK_READER_PROTOCOL : RLOCK_READER_MEMORY;
+		strlcpy(reader->fault_text, reader->hiredis->errstr,
+				sizeof(reader->fault_text));
+	}
+	reader_release(reader);
+}
+
+/*
+ * The reply handed over last is done with: free it, with whatever blocks
+ * its context took.
+ */
+static void
+reader_forget_reply(RlockReader *reader)
+{
+	if (!reader->handed)
 		return;
-	reader->fault = (reader->hiredis->err == REDIS_ERR_PROTOCOL) ?
-		RLOCK_READER_PROTOCOL : RLOCK_READER_MEMORY;
-	strlcpy(reader->fault_text, reader->hiredis->errstr,
-			sizeof(reader->fault_text));
+	reader->handed = false;
+	MemoryContextReset(reader->cxt);
+	reader_recount(reader);
+}
+
+/*
+ * How much hiredis's buffer grows when "len" bytes are added to it, at
+ * most: sds doubles what it needs below a megabyte, and adds a megabyte
+ * above.
+ */
+static Size
+reader_feed_cost(RlockReader *reader, size_t len)
+{
+	sds			buf = reader->hiredis->buf;
+	size_t		need;
+
+	if (buf == NULL || sdsavail(buf) >= len)
+		return 0;
+	need = sdslen(buf) + len;
+	need = (need < SDS_MAX_PREALLOC) ? 2 * need : need + SDS_MAX_PREALLOC;
+	return need + 32 - sdsAllocSize(buf);	/* 32: the sds header, at most */
+}
+
+/*
+ * Give hiredis's buffer back when it holds far more than the bytes left
+ * to parse: sds never shrinks, and hiredis frees it only when it is
+ * empty and more bytes come.
+ */
+static void
+reader_trim(RlockReader *reader)
+{
+	struct redisReader *r = reader->hiredis;
+	size_t		pending;
+	sds			fresh;
+
+	if (r->buf == NULL)
+		return;
+	pending = r->len - r->pos;
+	if (sdsAllocSize(r->buf) <= RLOCK_READER_KEEP + 2 * pending)
+		return;
+	fresh = sdsnewlen(r->buf + r->pos, pending);
+	if (fresh == NULL)
+		return;					/* keep the one there is */
+	sdsfree(r->buf);
+	r->buf = fresh;
+	r->pos = 0;
+	r->len = pending;
 }
 
 /*
@@ -273,18 +478,26 @@ rlock_reader_feed(RlockReader *reader, const char *buf, size_t len)
 {
 	if (reader->fault != RLOCK_READER_OK)
 		return false;
+	reader_forget_reply(reader);
+	if (!reader_make_room(reader, reader_feed_cost(reader, len)))
+	{
+		reader_release(reader);
+		return false;
+	}
 	if (redisReaderFeed(reader->hiredis, buf, len) != REDIS_OK)
 	{
 		reader_note_failure(reader);
 		return false;
 	}
+	reader_recount(reader);
 	return true;
 }
 
 /*
- * The next complete reply: 1 and *reply set (the caller frees it with
- * rlock_reply_free), 0 when the bytes so far hold none, -1 on a fault
- * (see rlock_reader_describe_fault).  A fault is final.
+ * The next complete reply: 1 and *reply set, 0 when the bytes so far hold
+ * none, -1 on a fault (see rlock_reader_describe_fault).  A fault is
+ * final.  The reply lives until the next call on the reader; the caller
+ * may free it before with rlock_reply_free.
  */
 int
 rlock_reader_next(RlockReader *reader, RlockReply **reply)
@@ -294,22 +507,18 @@ rlock_reader_next(RlockReader *reader, RlockReply **reply)
 	*reply = NULL;
 	if (reader->fault != RLOCK_READER_OK)
 		return -1;
+	reader_forget_reply(reader);
 	if (redisReaderGetReply(reader->hiredis, &obj) != REDIS_OK)
 	{
 		reader_note_failure(reader);
 		return -1;
 	}
+	reader_trim(reader);
+	reader_recount(reader);
 	if (obj == NULL)
-	{
-		if (rlock_reader_pending(reader) > RLOCK_REPLY_MAX_PENDING)
-		{
-			reader->fault = RLOCK_READER_PENDING;
-			reader->fault_value = (int64) rlock_reader_pending(reader);
-			return -1;
-		}
-		return 0;
-	}
-	reader->bytes = 0;			/* the next reply starts afresh */
+		return rlock_reader_check_pending(reader) ? 0 : -1;
+	reader->building = false;
+	reader->handed = true;
 	*reply = (RlockReply *) obj;
 	return 1;
 }
@@ -320,7 +529,18 @@ rlock_reader_next(RlockReader *reader, RlockReply **reply)
 size_t
 rlock_reader_pending(RlockReader *reader)
 {
+	if (reader->hiredis == NULL)
+		return 0;
 	return reader->hiredis->len - reader->hiredis->pos;
+}
+
+/*
+ * Has the reader part of a reply: bytes, or values already built?
+ */
+bool
+rlock_reader_partial(RlockReader *reader)
+{
+	return reader->building || rlock_reader_pending(reader) > 0;
 }
 
 /*
@@ -331,12 +551,13 @@ rlock_reader_pending(RlockReader *reader)
 bool
 rlock_reader_check_pending(RlockReader *reader)
 {
+	size_t		pending = rlock_reader_pending(reader);
+
 	if (reader->fault != RLOCK_READER_OK)
 		return false;
-	if (rlock_reader_pending(reader) <= RLOCK_REPLY_MAX_PENDING)
+	if (pending <= RLOCK_REPLY_MAX_PENDING)
 		return true;
-	reader->fault = RLOCK_READER_PENDING;
-	reader->fault_value = (int64) rlock_reader_pending(reader);
+	reader_fail(reader, RLOCK_READER_PENDING, (int64) pending);
 	return false;
 }
 
@@ -370,6 +591,11 @@ rlock_reader_describe_fault(RlockReader *reader, char *buf, size_t size)
 			snprintf(buf, size,
 					 "a reply of more than %d bytes in memory",
 					 RLOCK_REPLY_MAX_BYTES);
+			break;
+		case RLOCK_READER_BUDGET:
+			snprintf(buf, size,
+					 "the replies of all connections would hold more than %d MiB of memory, and this connection held the most (" INT64_FORMAT " bytes)",
+					 RLOCK_REPLY_BUDGET / (1024 * 1024), reader->fault_value);
 			break;
 		case RLOCK_READER_PENDING:
 			snprintf(buf, size,

@@ -12,9 +12,11 @@
  * MOVED, a lost primary, CLUSTERDOWN, a shard channel unsubscribed by
  * Redis).  Each primary of the map is a node with its own command and
  * subscriber connections, made and handshaken like a standalone
- * server's; a node that serves no slot any more has them closed, and its
- * commands are answered as lost, which the worker sends again by the new
- * map.
+ * server's when the worker first routes something to them, and closed
+ * after RLOCK_IDLE_MS without use (rlock_router_idle); a node that serves
+ * no slot any more has them closed, and its commands are answered as
+ * lost, which the worker sends again by the new map.  A map with more
+ * primaries than the worker may hold sockets is refused.
  *
  * The worker picks the connection (rlock_redis_route by a key's slot);
  * the replies a cluster adds are handled here, before the command's
@@ -33,8 +35,14 @@
  *			with the error Redis gave in its message.
  *
  * Every redirection is untrusted input: a slot out of range, a port out
- * of range or a host name that is not one is refused, and the reply goes
- * to the sender as the error it is.
+ * of range or a host name that is not one is refused, and so is one for
+ * another slot than the command's: the reply goes to the sender as the
+ * error it is.  A redirection is followed only to a primary of the
+ * current map, which came from a seed of rlock.nodes or from a node such
+ * a map named: a node that does not keep to the protocol cannot send
+ * rlock's password and locks to an address of its choice.  A redirection
+ * to any other node is answered as lost a moment later, and the map is
+ * asked for again: once a map names the node, commands go there.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -48,6 +56,7 @@
 #include <ctype.h>
 
 #include "nodes/pg_list.h"
+#include "storage/fd.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -70,13 +79,14 @@
 /* A refusal of a slot's node is named in failure messages this long */
 #define RLOCK_NOTE_MS			10000
 
+/* A primary's connections are closed after this long without use (the
+ * watchdog, every third of rlock.watchdog_timeout, keeps those of the
+ * locks it renews) */
+#define RLOCK_IDLE_MS			60000
+
 /* Nodes kept: primaries, and nodes redirections named */
 #define RLOCK_ROUTER_MAX_NODES	(2 * RLOCK_CLUSTER_MAX_NODES)
 
-/* Nodes a redirection named that the map did not (yet) at one time: a
- * node that does not keep to the protocol must not make the worker open
- * connections to any address it likes */
-#define RLOCK_MAX_UNMAPPED		8
 
 static RlockNode **nodes = NULL;
 static int	nnodes = 0;
@@ -99,6 +109,7 @@ static bool refresh_inflight = false;
 static TimestampTz refresh_due = 0;
 static TimestampTz refreshed_at = 0;
 static char map_error[RLOCK_DETAIL_LEN];
+static bool map_too_big_logged = false;
 
 /* Commands answered as lost a moment later */
 typedef struct Deferred
@@ -185,24 +196,6 @@ router_known_node(const char *host, int port)
 }
 
 /*
- * Nodes made for a redirection that the latest map did not name, in use.
- */
-static int
-router_unmapped(void)
-{
-	int			n = 0;
-	int			i;
-
-	for (i = 0; i < nnodes; i++)
-	{
-		if (nodes[i]->unmapped &&
-			(nodes[i]->primary || !rlock_node_idle(nodes[i])))
-			n++;
-	}
-	return n;
-}
-
-/*
  * The node at host:port, made if new.  NULL if the table is full of
  * nodes still in use.
  */
@@ -246,6 +239,8 @@ router_slot_conn(int slot, RlockConnUse use)
 {
 	int			i = owner[slot];
 
+	if (i >= 0)
+		nodes[i]->conn[use]->used_at = GetCurrentTimestamp();
 	if (i < 0)
 	{
 		if (!map_known)
@@ -284,12 +279,16 @@ rlock_router_any(void)
 		if (!nodes[i]->primary)
 			continue;
 		if (rlock_conn_ready(c))
-			return c;
+		{
+			first = c;
+			break;
+		}
 		if (first == NULL)
 			first = c;
 	}
 	if (first == NULL)
 		return router_slot_conn(0, RLOCK_USE_COMMAND);
+	first->used_at = GetCurrentTimestamp();
 	return first;
 }
 
@@ -352,10 +351,7 @@ router_apply(const RlockClusterMap *m)
 
 		index[i] = n ? n->index : -1;
 		if (n != NULL)
-		{
 			n->primary = true;
-			n->unmapped = false;
-		}
 	}
 	nprimaries = 0;
 	for (i = 0; i < nnodes; i++)
@@ -376,6 +372,7 @@ router_apply(const RlockClusterMap *m)
 	}
 	map_known = true;
 	map_error[0] = '\0';
+	map_too_big_logged = false;
 	for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
 	{
 		if (owner[i] < 0)
@@ -447,6 +444,24 @@ router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		ok = rlock_cluster_map_from_slots(reply, conn->server->host, map,
 										  error, sizeof(error));
 	pfree(rc);
+	if (ok && map->nnodes > max_safe_fds / 3 - 1)
+	{
+		/*
+		 * Each primary in use needs a connection, and the map's one more:
+		 * more primaries than descriptors would fail keys at random.
+		 */
+		snprintf(map_error, sizeof(map_error),
+				 "the Redis Cluster has %d primaries, more than the %d connections rlock may hold open besides the map's: raise max_files_per_process (rlock may use a third of the descriptors it leaves free) or the server's open files limit",
+				 map->nnodes, max_safe_fds / 3 - 1);
+		rlock_redis_status_error(map_error);
+		if (!map_too_big_logged)
+			ereport(WARNING,
+					(errmsg("rlock does not use the slot map of the Redis Cluster at %s",
+							conn->server->address),
+					 errdetail_internal("%s", map_error)));
+		map_too_big_logged = true;
+		return;
+	}
 	if (!ok)
 	{
 		char		detail[RLOCK_DETAIL_LEN];
@@ -582,8 +597,9 @@ rlock_router_conn_lost(RlockConn *conn)
 		router_next_address();
 		return;
 	}
-	/* a primary lost: it may have failed over */
-	rlock_router_refresh_soon();
+	/* a primary lost: it may have failed over (not one closed as idle) */
+	if (!conn->idle_drop)
+		rlock_router_refresh_soon();
 }
 
 /*---- redirections ----*/
@@ -703,6 +719,62 @@ router_resend(RlockConn *target, RlockCmd *cmd, bool asking)
 }
 
 static bool
+router_word_is(const char *arg, int len, const char *word)
+{
+	return len == (int) strlen(word) && pg_strncasecmp(arg, word, len) == 0;
+}
+
+/*
+ * The hash slot of a command the worker sent, from the command as it
+ * went on the wire (an array of bulk strings): its first key's, that is
+ * EVALSHA's first key when it has keys, else the channel of the
+ * commands that name one.  -1 for a command without a key.
+ */
+static int
+router_cmd_slot(const RlockCmd *cmd)
+{
+	const char *p = cmd->wire;
+	const char *end = cmd->wire + cmd->wirelen;
+	const char *arg[4];
+	int			len[4];
+	long		nargs;
+	int			i;
+
+	if (p == NULL || p >= end || *p != '*')
+		return -1;
+	nargs = strtol(p + 1, NULL, 10);
+	p = memchr(p, '\n', end - p);
+	for (i = 0; i < 4 && i < nargs && p != NULL; i++)
+	{
+		const char *q;
+
+		p++;
+		if (p >= end || *p != '$')
+			return -1;
+		len[i] = (int) strtol(p + 1, NULL, 10);
+		q = memchr(p, '\n', end - p);
+		if (q == NULL || len[i] < 0 || len[i] > end - (q + 1))
+			return -1;
+		arg[i] = q + 1;
+		p = arg[i] + len[i] + 1;	/* the \n after the \r */
+		if (p > end)
+			return -1;
+	}
+	if (i >= 4 && router_word_is(arg[0], len[0], "EVALSHA"))
+		return (len[2] == 1 && arg[2][0] == '0') ? -1 :
+			rlock_key_slot(arg[3], len[3]);
+	if (i >= 2 &&
+		(router_word_is(arg[0], len[0], "SUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "UNSUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "SSUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "SUNSUBSCRIBE") ||
+		 router_word_is(arg[0], len[0], "PUBLISH") ||
+		 router_word_is(arg[0], len[0], "SPUBLISH")))
+		return rlock_key_slot(arg[1], len[1]);
+	return -1;
+}
+
+static bool
 router_error_is(const RlockReply *reply, const char *code)
 {
 	size_t		len = strlen(code);
@@ -746,32 +818,27 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	if (!router_parse_redirect(reply->str + (moved ? 6 : 4),
 							   reply->len - (moved ? 6 : 4),
 							   conn->server->host, &slot, host, sizeof(host),
-							   &port))
+							   &port) ||
+		slot != router_cmd_slot(cmd))
 		return false;			/* the sender sees what was sent */
 	rlock_count(moved ? RLOCK_STAT_CLUSTER_MOVED : RLOCK_STAT_CLUSTER_ASK, 1);
 	target = router_known_node(host, port);
-	if (target == NULL && router_unmapped() < RLOCK_MAX_UNMAPPED)
+	if (target == NULL || !target->primary)
 	{
-		target = router_node(host, port);
-		if (target != NULL)
-			target->unmapped = true;
-	}
-	if (target == NULL)
-	{
-		/* the map will say whether it is a primary */
+		/* nothing goes there before a map names it */
 		rlock_router_refresh_soon();
 		router_defer(conn, cmd, "a redirection to a node the slot map does not name");
 		return true;
 	}
+	/* its connection is made if it is not (a deferred command finds it
+	 * ready when sent again) */
+	router_target_conn(target, conn->use)->used_at = GetCurrentTimestamp();
 	if (moved)
 	{
 		/* the slot's owner now, until the map says otherwise */
-		target->primary = true;
 		owner[slot] = target->index;
 		rlock_router_refresh_soon();
 	}
-	else
-		target->asked_at = GetCurrentTimestamp();
 
 	/*
 	 * A second ASK for the same command: the migration moves on; later.
@@ -856,13 +923,39 @@ rlock_router_wanted(RlockConn *conn)
 		return false;
 	if (conn == topo)
 		return nseeds + nprimaries > 0;
-	if (conn->node == NULL)
+	if (conn->node == NULL || !conn->node->primary)
 		return false;
-	/* a node a redirection named: for a while, as ASKING needs it */
-	return conn->node->primary ||
-		(conn->node->asked_at != 0 &&
-		 GetCurrentTimestamp() <
-		 TimestampTzPlusMilliseconds(conn->node->asked_at, RLOCK_NOTE_MS));
+	return !rlock_router_idle(conn);
+}
+
+/*
+ * May a primary's connection be closed at once to free its descriptor:
+ * nothing on the wire, no subscription that waiters need?
+ */
+bool
+rlock_router_reclaimable(RlockConn *conn)
+{
+	return conn->node != NULL && dlist_is_empty(&conn->inflight) &&
+		!(conn->use == RLOCK_USE_SUBSCRIBER && rlock_conn_subscribed(conn));
+}
+
+/*
+ * Is a connection to a primary idle: made, or to be made, for nothing
+ * now?  A primary's connections are made when a key of its slots is used
+ * and closed once nothing has gone there for RLOCK_IDLE_MS: not while a
+ * command is on the wire, nor a subscriber that waiters need.  So the
+ * worker holds the sockets of the primaries it works with, not of every
+ * primary of the cluster (the file descriptors it may hold are few: see
+ * transport.c).
+ */
+bool
+rlock_router_idle(RlockConn *conn)
+{
+	if (!rlock_router_reclaimable(conn))
+		return false;
+	return conn->used_at == 0 ||
+		GetCurrentTimestamp() >=
+		TimestampTzPlusMilliseconds(conn->used_at, RLOCK_IDLE_MS);
 }
 
 void
@@ -951,13 +1044,20 @@ rlock_router_status(RlockWorkerStatus *st)
 			 nprimaries);
 	for (i = 0; i < nnodes; i++)
 	{
+		RlockConn  *c = nodes[i]->conn[RLOCK_USE_COMMAND];
+		RlockConn  *s = nodes[i]->conn[RLOCK_USE_SUBSCRIBER];
+
 		if (!nodes[i]->primary)
 			continue;
-		cmd_state = Min(cmd_state, (int) nodes[i]->conn[RLOCK_USE_COMMAND]->state);
-		sub_state = Min(sub_state, (int) nodes[i]->conn[RLOCK_USE_SUBSCRIBER]->state);
-		/* sync connections: those made, or needed by a number */
+		/* those in use: a primary's connections are made when used */
+		if (c->state != RLOCK_CONN_DOWN || rlock_router_wanted(c))
+			cmd_state = Min(cmd_state, (int) c->state);
+		if (s->state != RLOCK_CONN_DOWN || rlock_router_wanted(s))
+			sub_state = Min(sub_state, (int) s->state);
+		/* sync connections: those made, or needed now */
 		if (nodes[i]->conn[RLOCK_USE_SYNC]->state != RLOCK_CONN_DOWN ||
-			rlock_sync_replicas > 0)
+			(rlock_sync_replicas > 0 &&
+			 rlock_router_wanted(nodes[i]->conn[RLOCK_USE_SYNC])))
 			sync_state = Min(sync_state < 0 ? (int) RLOCK_CONN_READY : sync_state,
 							 (int) nodes[i]->conn[RLOCK_USE_SYNC]->state);
 	}

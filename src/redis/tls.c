@@ -7,13 +7,19 @@
  * rlock.tls names the checks as libpq's sslmode does: "require" encrypts
  * without checking the server's certificate, "verify-ca" checks that a
  * trusted CA signed it, "verify-full" also that it names the server
- * (rlock.tls_server_name, else rlock.host; an IP address is checked
- * against the certificate's IP addresses).  Trusted CAs come from
- * rlock.tls_ca_file, else from the system's store.  A client certificate
- * (rlock.tls_cert_file, rlock.tls_key_file) is sent when the server asks
- * for one.  TLS 1.2 or later; renegotiation off.  The context is built
- * for the first connection after start or after a reload, so changed
- * files are read again on SIGHUP.
+ * (rlock.tls_server_name, else the host connected to; an IP address is
+ * checked against the certificate's IP addresses).  The host connected
+ * to is rlock.host, or the address a Sentinel or a cluster's slot map
+ * gave: without rlock.tls_server_name, verify-full proves only that the
+ * certificate names that address, whoever gave it.  With it, every data
+ * node (a cluster's seeds and primaries, the primary a Sentinel names)
+ * must show a certificate for that one name: only the servers given such
+ * a certificate may serve, wherever a map or a Sentinel points.  Trusted
+ * CAs come from rlock.tls_ca_file, else from the system's store.  A
+ * client certificate (rlock.tls_cert_file, rlock.tls_key_file) is sent
+ * when the server asks for one.  TLS 1.2 or later; renegotiation off.
+ * The context is built for the first connection after start or after a
+ * reload, so changed files are read again on SIGHUP.
  *
  * OpenSSL on a non-blocking socket, as learnt the hard way by others:
  *

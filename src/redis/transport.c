@@ -14,7 +14,10 @@
  * nothing is sent.
  *
  * Each socket is counted against the server's file descriptor budget
- * (AcquireExternalFD), as libpq connections made by a backend are.
+ * (AcquireExternalFD: a third of the descriptors max_files_per_process
+ * leaves free), as libpq connections made by a backend are.  When none
+ * is left, the idle connection of a Redis Cluster primary that was used
+ * least recently is closed to free one (conn.c).
  * Bytes move with read(2) and write(2) (background workers ignore
  * SIGPIPE, so a write to a closed peer fails with EPIPE), which also
  * lets /proc/<pid>/io count them.
@@ -248,9 +251,12 @@ rlock_socket_open(RlockConn *conn)
 
 	if (!socket_address(conn, &addr, &addrlen))
 		return false;
-	if (!AcquireExternalFD())
+	if (!AcquireExternalFD() &&
+		!(rlock_conn_reclaim(conn) && AcquireExternalFD()))
 	{
-		rlock_conn_set_error(conn, "no file descriptor left for a socket");
+		rlock_conn_set_error(conn,
+							 "no file descriptor left for a socket: the connections rlock may hold open (%d, a third of what max_files_per_process leaves free) are all in use",
+							 max_safe_fds / 3);
 		return false;
 	}
 	sock = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,

@@ -83,6 +83,10 @@ typedef struct WorkerReq
 	bool		handed;			/* ACQUIRE: handed the lock by a release of
 								 * this instance, and not answered yet */
 	bool		tried;			/* ACQUIRE: tried, or joined the line */
+	bool		told_busy;		/* ACQUIRE: a waiter: Redis said busy, or
+								 * it joined the line of those it said so */
+	TimestampTz failover_since; /* ACQUIRE: began to wait for a failover to
+								 * name a reachable primary, 0 if not */
 	bool		line_only;		/* ACQUIRE: joined the line, never tried */
 	int			noscript;		/* NOSCRIPT retries so far */
 	TimestampTz unanswered_since;	/* sending of the first command that
@@ -372,6 +376,7 @@ static void
 worker_note_answered(WorkerReq *req)
 {
 	req->unanswered_since = 0;
+	req->failover_since = 0;
 	if (req->state == REQ_INFLIGHT)
 		worker_timer_cancel(req);
 }
@@ -888,6 +893,7 @@ worker_join_line(WorkerReq *req)
 
 	req->tried = true;
 	req->line_only = true;
+	req->told_busy = true;
 	rlock_waiters_join(worker_slot_of(req), h->key, h->keylen);
 	worker_set_state(req, REQ_WAITING);
 	worker_mark_busy(req);
@@ -1365,6 +1371,7 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	TimestampTz retry_at;
 
 	req->handed = false;		/* someone else has it: their release wakes */
+	req->told_busy = true;
 
 	/*
 	 * Redis's number, whatever it is, must not overflow a timestamp: a
@@ -1859,6 +1866,8 @@ worker_take_slot(int slot)
 	req->handed = false;
 	req->tried = false;
 	req->line_only = false;
+	req->told_busy = false;
+	req->failover_since = 0;
 	req->unanswered_since = 0;
 	req->quick_retries = 0;
 	req->last_try_at = 0;
@@ -1884,33 +1893,46 @@ worker_take_slot(int slot)
 
 /*
  * Does a request that found no connection in time keep waiting for one?
- * An acquisition still inside its wait does while a Sentinel answers: a
- * failover takes the Sentinels' down-after time and a vote, longer than
- * rlock.connect_timeout, and the waiter would lose its place for nothing.
- * Everything else fails, as with a single server.
+ * A waiter (an acquisition Redis told the lock is busy) still inside its
+ * wait does, while a Sentinel or a Redis Cluster node answers, for
+ * rlock.failover_timeout at most: a failover takes the Sentinels'
+ * down-after time and a vote, longer than rlock.connect_timeout, and the
+ * waiter would lose its place for nothing.  Everything else fails, as
+ * with a single server: a new acquisition, and a waiter whose primary is
+ * named again and again but stays out of reach (another password, an
+ * address this host cannot reach, a certificate without its name).
  */
 static bool
 worker_awaits_failover(WorkerReq *req, TimestampTz now)
 {
-	return req->op == RLOCK_OP_ACQUIRE &&
-		(req->wait_until == 0 || now < req->wait_until) &&
-		(!worker_req_ready(req) ||
-		 worker_sync_conn_missing(worker_hold_sync_conn(req->hold))) &&
-		rlock_redis_failover_awaited();
+	if (req->op != RLOCK_OP_ACQUIRE || !req->told_busy ||
+		(req->wait_until != 0 && now >= req->wait_until) ||
+		(worker_req_ready(req) &&
+		 !worker_sync_conn_missing(worker_hold_sync_conn(req->hold))) ||
+		!rlock_redis_failover_awaited())
+		return false;
+	if (req->failover_since == 0)
+		req->failover_since = now;
+	/* a primary named again and again but out of reach is an outage */
+	return now < TimestampTzPlusMilliseconds(req->failover_since,
+											 rlock_failover_timeout);
 }
 
 /*
  * When to look again: after rlock.connect_timeout (the Sentinels may
- * stop answering meanwhile), at the latest when the wait ends.
+ * stop answering meanwhile), at the latest when the wait or
+ * rlock.failover_timeout ends.
  */
 static TimestampTz
 worker_failover_recheck(WorkerReq *req, TimestampTz now)
 {
 	TimestampTz at = TimestampTzPlusMilliseconds(now, rlock_connect_timeout);
+	TimestampTz bound = TimestampTzPlusMilliseconds(req->failover_since,
+													rlock_failover_timeout);
 
 	if (req->wait_until != 0 && req->wait_until < at)
 		at = req->wait_until;
-	return at;
+	return Min(at, bound);
 }
 
 void

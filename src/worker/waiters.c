@@ -101,6 +101,11 @@ static Waiter *waiters = NULL;	/* one per slot */
 static char *channel_buf = NULL;
 static int	nsubscribed = 0;	/* groups SUBSCRIBED */
 
+/* The subscriber connections that groups subscribe (or are subscribing)
+ * on, counted again only after a group changed */
+static List *subs_conns = NIL;
+static bool subs_stale = true;
+
 /*
  * Every change of a group's state goes through here, to keep the count of
  * subscribed channels that rlock_status() shows.
@@ -110,6 +115,7 @@ waiters_set_state(WaitGroup *g, SubState state)
 {
 	if (g->state == state)
 		return;
+	subs_stale = true;
 	if (g->state == SUB_SUBSCRIBED)
 	{
 		nsubscribed--;
@@ -125,6 +131,35 @@ int
 rlock_waiters_channels(void)
 {
 	return nsubscribed;
+}
+
+/*
+ * Do waiters subscribe on "conn", or is a subscription on its way there?
+ * (A Redis Cluster closes a primary's idle connections, not these.)
+ */
+bool
+rlock_waiters_on(RlockConn *conn)
+{
+	if (groups == NULL)
+		return false;
+	if (subs_stale)
+	{
+		HASH_SEQ_STATUS seq;
+		WaitGroup  *g;
+		MemoryContext old = MemoryContextSwitchTo(rlock_worker_context);
+
+		list_free(subs_conns);
+		subs_conns = NIL;
+		hash_seq_init(&seq, groups);
+		while ((g = (WaitGroup *) hash_seq_search(&seq)) != NULL)
+		{
+			if (g->conn != NULL && g->state != SUB_NONE)
+				subs_conns = list_append_unique_ptr(subs_conns, g->conn);
+		}
+		MemoryContextSwitchTo(old);
+		subs_stale = false;
+	}
+	return list_member_ptr(subs_conns, conn);
 }
 
 void
@@ -231,6 +266,7 @@ waiters_send(WaitGroup *g, bool subscribe)
 	}
 	g->sent = seq;
 	g->conn = conn;
+	subs_stale = true;
 	g->pubsub = pubsub;
 	return true;
 }
@@ -382,6 +418,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->refused_at = 0;
 		g->busy_until[0] = g->busy_until[1] = 0;
 		g->conn = NULL;
+		subs_stale = true;
 		g->pubsub = 0;
 		g->inflight = 0;
 	}
@@ -553,6 +590,7 @@ waiters_answer(RlockConn *conn, WorkerCmd *wc, WaitGroup *g,
 	{
 		/* a redirection may have taken it to another node */
 		g->conn = conn;
+		subs_stale = true;
 		waiters_set_state(g, SUB_SUBSCRIBED);
 		waiters_wake(g, true, NULL, 0);
 	}
@@ -636,6 +674,7 @@ rlock_waiters_conn_lost(RlockConn *conn)
 			continue;
 		waiters_set_state(g, SUB_NONE);
 		g->conn = NULL;
+		subs_stale = true;
 		if (g->nwaiters == 0)
 			waiters_delete_group(g);
 	}
@@ -660,6 +699,7 @@ rlock_waiters_unsubscribed(RlockConn *conn, const char *channel,
 		(void) waiters_send_one(conn, g, false, false, ++g->sent);
 	waiters_set_state(g, SUB_NONE);
 	g->conn = NULL;
+	subs_stale = true;
 	if (g->nwaiters > 0)
 		waiters_subscribe(g);
 	else

@@ -282,7 +282,8 @@ static const RlockConnEvents worker_events = {
 	worker_conn_ready,
 	worker_conn_lost,
 	worker_message,
-	worker_unsubscribed
+	worker_unsubscribed,
+	rlock_waiters_on
 };
 
 /*---- the ring ----*/

@@ -164,6 +164,7 @@ extern void rlock_waiters_conn_lost(RlockConn *conn);
 extern void rlock_waiters_unsubscribed(RlockConn *conn, const char *channel,
 									   int channellen);
 extern int	rlock_waiters_channels(void);
+extern bool rlock_waiters_on(RlockConn *conn);
 
 /* renew.c: the watchdog, and the batches of entries it and VERIFY use */
 #define RLOCK_BATCH		100

@@ -10,11 +10,12 @@
  * chunks of that many bytes.  After each chunk every complete reply is
  * taken, looked at the way the worker looks at replies (every shape,
  * the class, the pub/sub frame, its description, a cluster's slot map),
- * walked to its last byte, and freed.  A fault ends the input, as it ends a connection.
+ * walked to its last byte, and freed.  A fault ends the input, as it ends a
+ * connection, and must leave the reader holding nothing.
  *
- * reply.c needs nothing of the server but palloc and pfree; shims.c
- * stands in for them with malloc and free, so AddressSanitizer sees
- * every reply object and LeakSanitizer every one not freed.
+ * reply.c needs nothing of the server but memory contexts; shims.c
+ * makes them of malloc and free, so AddressSanitizer sees every reply
+ * object and LeakSanitizer every one not freed.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -25,13 +26,14 @@
  */
 #include "postgres.h"
 
+#include "utils/memutils.h"
+
 #include "redis/redis_int.h"
 
 int			LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* A memory context for the reader to carry; shims.c never looks at it */
-static char fuzz_context_bytes[64];
-#define fuzz_context	((MemoryContext) fuzz_context_bytes)
+/* The memory context of the readers (shims.c's, made of malloc) */
+static MemoryContext fuzz_context = NULL;
 
 /* Touch every byte of a reply, so that a bad length shows */
 static unsigned int
@@ -148,6 +150,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	chunk = data[0] == 0 ? size : data[0];
+	if (fuzz_context == NULL)
+		fuzz_context = AllocSetContextCreate(NULL, "fuzz",
+											 ALLOCSET_DEFAULT_SIZES);
 	reader = rlock_reader_create(fuzz_context);
 	if (reader == NULL)
 		return 0;
@@ -171,6 +176,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (rlock_reader_pending(reader) > RLOCK_REPLY_MAX_PENDING)
 			abort();			/* next() should have refused it */
 	}
+	if (reader->fault != RLOCK_READER_OK &&
+		(reader->hiredis != NULL || reader->held != 0))
+		abort();				/* a fault must give back what was held */
 	rlock_reader_describe_fault(reader, fault, sizeof(fault));
 	rlock_reader_free(reader);
 	return 0;

@@ -35,12 +35,14 @@ use RlockTest::Redis;
 
 # A PostgreSQL node with rlock preloaded and pointed at a Redis server
 # (over TLS, checking its certificate, when it has a TLS port), started,
-# with the extension created in database "postgres".
+# with the extension created in database "postgres".  Options:
+# connect_timeout, command_timeout, conf (more lines of postgresql.conf),
+# init (PostgreSQL::Test::Cluster's init options, as allows_streaming).
 sub node
 {
 	my ($name, $redis, %opt) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
+	$node->init(%{ $opt{init} // {} });
 	my @tls;
 	@tls = (
 		"rlock.tls = 'verify-full'",
@@ -56,6 +58,9 @@ sub node
 		@{ $opt{conf} // [] }, ''));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION rlock');
+	# the worker shows in pg_stat_activity a moment after the start
+	wait_until(sub { worker_pid($node) ne '' }, 10)
+	  or die 'the rlock worker of node ' . $node->name . ' did not start';
 	return $node;
 }
 

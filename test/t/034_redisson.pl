@@ -1,7 +1,9 @@
 # rlock against the real Redisson, in both directions and for each Redisson
 # version of RlockTest::Redisson: exclusion, re-entry per owner, the
 # information calls on both sides, wake-up on unlock (with its latency),
-# lease expiry, forced unlocks, fencing tokens, unusual keys, codecs.
+# lease expiry, forced unlocks, fencing tokens, unusual keys, the other
+# Redisson objects that may meet a lock's name (read-write, fair and spin
+# locks, MultiLock, RSemaphore), codecs.
 # The watchdogs on both sides and the mixed stress run are in
 # 035_redisson_long.pl.
 use strict;
@@ -59,7 +61,8 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 		"$v remainTimeToLive() ($jttl) and rlock_ttl ($sttl) agree");
 	cmp_ok($jttl, '>', 20000, "$v the lease is the watchdog's 30 s");
 	$s->query_safe('COMMIT');
-	is($java->call('a.1', 'trylock', "x:$version", 0), 'true',
+	# (the commit queues the release: it reaches Redis a moment later)
+	is($java->call('a.1', 'trylock', "x:$version", 5000), 'true',
 		"$v once committed, tryLock succeeds");
 	is(in_xact("SELECT rlock_try('x:$version')"), 'f',
 		"$v a lock held by Redisson: rlock_try fails");
@@ -291,6 +294,85 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	$java->call('h.1', 'fair.unlock', "fair:$version");
 	is(in_xact("SELECT rlock_try('fair:$version')"), 't',
 		"$v and succeeds after its unlock()");
+
+	# a spin lock keeps the RLock's hash but publishes nothing: it polls
+	# for SQL's lock, and an rlock waiter learns of its unlock when the
+	# lease it saw would have ended
+	$s->query_safe("BEGIN; SELECT rlock_try('spin:$version')");
+	is($java->call('i.1', 'spin.trylock', "spin:$version", 0), 'false',
+		"$v a Redisson spin lock is refused a transaction's lock");
+	$id = $java->send('i.1', 'spin.trylock', "spin:$version", 15000);
+	$t0 = time;
+	$s->query_safe('COMMIT');
+	$r = $java->result($id, 20);
+	ok($r && $r->{value} eq 'true', "$v its polling takes it once the transaction ends");
+	cmp_ok($r->{at} - $t0, '<', 3, "$v soon after (it polls)");
+	is(in_xact("SELECT rlock_try('spin:$version')"), 'f',
+		"$v held by the spin lock, rlock_try fails");
+	$java->call('i.1', 'spin.unlock', "spin:$version");
+	$java->call('i.1', 'spin.trylock', "spin:$version", 0, 4000);
+	RlockTest::send_query($s, "SELECT rlock_session_try('spin:$version', '15 s');");
+	ok(RlockTest::waiting_in_sql($node, "spin:$version"), "$v an rlock waiter waits for it");
+	my $unlocked = $java->result($java->send('i.1', 'spin.unlock', "spin:$version"), 10);
+	my ($out, $err) = RlockTest::collect($s);
+	is($out, 't', "$v and gets it after the spin lock's unlock()");
+	cmp_ok(time - $unlocked->{at}, '>', 1.5,
+		"$v not at the unlock (no message), when the 4 s lease would have ended");
+	$s->query_safe("SELECT rlock_session_release('spin:$version')");
+
+	# a MultiLock over RLocks: each member is an RLock
+	my $multi = "ma:$version,mb:$version";
+	$s->query_safe("BEGIN; SELECT rlock_try('mb:$version')");
+	is($java->call('j.1', 'multi.trylock', $multi, 0), 'false',
+		"$v a MultiLock with a member held by SQL is refused");
+	is(sql("SELECT rlock_is_locked('ma:$version')"), 'f',
+		"$v and gives back the member it took");
+	$id = $java->send('j.1', 'multi.trylock', $multi, 15000);
+	$t0 = time;
+	$s->query_safe('COMMIT');
+	$r = $java->result($id, 20);
+	ok($r && $r->{value} eq 'true', "$v a waiting MultiLock gets all members once the transaction ends");
+	cmp_ok($r->{at} - $t0, '<', 3, "$v woken by the unlock message");
+	is(in_xact("SELECT rlock_try('ma:$version')") . in_xact("SELECT rlock_try('mb:$version')"),
+		'ff', "$v held by the MultiLock, SQL is refused both members");
+	RlockTest::send_query($s, "SELECT rlock_session_lock('mb:$version');");
+	ok(RlockTest::waiting_in_sql($node, "mb:$version"), "$v an rlock waiter waits for a member");
+	$unlocked = $java->result($java->send('j.1', 'multi.unlock', $multi), 10);
+	($out, $err) = RlockTest::collect($s);
+	is($err, '', "$v and gets it after the MultiLock's unlock()");
+	cmp_ok(time - $unlocked->{at}, '<', 3, "$v woken by the unlock message");
+	$s->query_safe("SELECT rlock_session_release('mb:$version')");
+
+	# an RSemaphore is a string: each side's calls fail on the other's key
+	is($java->call('k.1', 'sem.trysetpermits', "sem:$version", 1), 'true',
+		"$v an RSemaphore with one permit");
+	for my $call ("rlock_try('sem:$version')", "rlock_lock('sem:$version')",
+		"rlock_force_release('sem:$version')")
+	{
+		$s->query("BEGIN; SELECT $call");
+		like($s->{stderr},
+			qr/ERROR:  Redis returned an error for lock "sem:$version"\nDETAIL:  .*WRONGTYPE/,
+			"$v $call on a semaphore's name fails with Redis's WRONGTYPE (58000)");
+		$s->{stderr} = '';
+		$s->query('ROLLBACK');
+	}
+	is($redis->cmd('GET', "sem:$version"), '1', "$v the permits are untouched");
+	is(sql("SELECT rlock_is_locked('sem:$version')"), 'f',
+		"$v and rlock_is_locked reads the name as free");
+	is($java->call('k.1', 'sem.tryacquire', "sem:$version", 0), 'true',
+		"$v and the semaphore still works");
+	$java->call('k.1', 'sem.release', "sem:$version");
+	$redis->cmd('DEL', "sem:$version");
+	$s->query_safe("BEGIN; SELECT rlock_try('sem:$version')");
+	$sql_holds = fields("sem:$version");
+	for my $op ('trysetpermits', 'tryacquire', 'release', 'available')
+	{
+		$r = $java->result($java->send('k.1', "sem.$op", "sem:$version", 1), 10);
+		like("$r->{error} $r->{message}", qr/^org\.redisson\.client\.RedisException .*WRONGTYPE/,
+			"$v on a name SQL holds, RSemaphore $op throws WRONGTYPE");
+	}
+	is_deeply(fields("sem:$version"), $sql_holds, "$v the transaction's hold is untouched");
+	$s->query_safe('COMMIT');
 
 	$s->quit;
 	$java->stop;

@@ -215,12 +215,13 @@ is($load->{aborted}, 0, 'no pgbench client aborted')
   or diag($load->{output});
 ok($dep->wait_converted($old, 30), 'the old primary became a replica');
 
-#---- a waiter whose try was on the wire when the primary froze ----
+#---- a try on the wire when the primary froze ----
 
-# Its try goes unanswered, so its request would normally fail after
-# rlock.command_timeout + rlock.connect_timeout (1 s here); the failover
-# takes longer.  While a Sentinel answers, it waits on, tries again on
-# the new primary, and gets the lock when its holder commits.
+# It goes unanswered: the request was never told the lock is busy, so it
+# is no waiter that keeps its place through a failover (only those do,
+# for rlock.failover_timeout): it fails after rlock.command_timeout +
+# rlock.connect_timeout (1 s here), before the failover ends, and a new
+# try on the new primary gets the lock once its holder commits.
 $nb->safe_psql('postgres', q{
 	ALTER SYSTEM SET rlock.command_timeout = '500ms';
 	ALTER SYSTEM SET rlock.connect_timeout = '500ms';
@@ -236,13 +237,21 @@ ok(RlockTest::wait_until(
 my $frozen = $dep->primary;
 $frozen->freeze;
 RlockTest::send_query($waiter, "BEGIN; SELECT rlock_try('kill:frozen', '60s');");
+($wout, $werr) = RlockTest::collect($waiter);
+like($werr, qr/ERROR:  58030: could not reach Redis for lock "kill:frozen"/,
+	'the try the frozen primary swallowed fails with 58030, within its bound');
+$waiter->{stderr} = '';
+$waiter->query('ROLLBACK');
 my $promoted = $dep->wait_switch($frozen->rlock_port, 30);
 ok(RlockTest::wait_until(sub { address_port($na) eq $promoted->rlock_port }, 10),
 	'the holder\'s instance follows the failover');
+RlockTest::send_query($waiter, "BEGIN; SELECT rlock_try('kill:frozen', '60s');");
+ok(RlockTest::waiting_in_sql($nb, 'kill:frozen'),
+	'tried again, it waits on the new primary');
 $holder->query('COMMIT');
 is($holder->{stderr}, '', 'the holder commits on the new primary');
 ($wout, $werr) = RlockTest::collect($waiter);
-is($wout, 't', 'the waiter whose try the frozen primary swallowed gets the lock')
+is($wout, 't', 'and the waiter gets the lock')
   or diag($werr);
 $waiter->query('COMMIT');
 $frozen->thaw;

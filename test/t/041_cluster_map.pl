@@ -24,15 +24,21 @@ my @primaries = $cluster->primaries;
 is(scalar(@primaries), 3, 'three primaries');
 
 # The map CLUSTER NODES gives, as node $node sees it: "first-last
-# 127.0.0.1:port id" lines, adjacent ranges of one primary joined
+# 127.0.0.1:port id" lines, adjacent ranges of one primary joined; with
+# $mode 'shards', "none 127.0.0.1:port id" lines for the primaries that
+# serve no slot (CLUSTER SHARDS names them, CLUSTER SLOTS cannot)
 sub expected_map
 {
-	my ($node) = @_;
+	my ($node, $mode) = @_;
 	my $view = $cluster->view($node);
 	my @ranges;
-	for my $port (keys %$view)
+	my @none;
+	for my $port (sort { $a <=> $b } keys %$view)
 	{
 		next unless $view->{$port}{role} eq 'master';
+		# a failed one is left out (CLUSTER SHARDS says its health)
+		push @none, "none 127.0.0.1:$port $view->{$port}{id}\n"
+		  unless @{ $view->{$port}{slots} } || $view->{$port}{flags} =~ /fail/;
 		push @ranges,
 		  map { [ $_->[0], $_->[1], "127.0.0.1:$port $view->{$port}{id}" ] }
 		  @{ $view->{$port}{slots} };
@@ -52,7 +58,8 @@ sub expected_map
 	}
 	my %primaries = map { $_->[2] => 1 } @joined;
 	return 'ok ' . scalar(keys %primaries) . "\n"
-	  . join('', map { "$_->[0]-$_->[1] $_->[2]\n" } @joined);
+	  . join('', map { "$_->[0]-$_->[1] $_->[2]\n" } @joined)
+	  . (($mode // '') eq 'shards' ? join('', @none) : '');
 }
 my $expected = expected_map($primaries[0]);
 
@@ -64,7 +71,11 @@ sub map_of
 	IPC::Run::run([ $program, $mode, $tls // 0, 'seed.example' ],
 		'<', \$bytes, '>', \$out, '2>', \$err);
 	die "cluster_map died ($?): $err" if $? != 0;
-	return $out;
+	# primaries without slots in port order, as expected_map gives them
+	my @lines = split /^/, $out;
+	my @none = sort { ($a =~ /:(\d+) /)[0] <=> ($b =~ /:(\d+) /)[0] }
+	  grep { /^none / } @lines;
+	return join('', (grep { !/^none / } @lines), @none);
 }
 
 my $conn = RlockTest::Resp->connect($primaries[1]->port);
@@ -79,10 +90,11 @@ sub maps_agree
 {
 	my ($node, $what) = @_;
 	my $c = RlockTest::Resp->connect($node->port);
-	my $want = expected_map($node);
-	is(map_of('shards', $c->call_raw('CLUSTER', 'SHARDS')), $want,
+	my $shards = $c->call_raw('CLUSTER', 'SHARDS');
+	my $want = expected_map($node, 'shards');
+	is(map_of('shards', $shards), $want,
 		"$what: CLUSTER SHARDS read as CLUSTER NODES says");
-	is(map_of('slots', $c->call_raw('CLUSTER', 'SLOTS')), $want,
+	is(map_of('slots', $c->call_raw('CLUSTER', 'SLOTS')), expected_map($node),
 		"$what: CLUSTER SLOTS too");
 }
 
@@ -212,6 +224,10 @@ like(map_of('shards', resp([ shard(health => 'fail') ])), qr/^ok 0\n\z/,
 	'a failed primary serves nothing');
 like(map_of('shards', resp([ shard(role => 'replica') ])), qr/^ok 0\n\z/,
 	'a shard without a primary serves nothing');
+like(map_of('shards', resp([ shard(slots => [ int_(0), int_(100) ]),
+			shard(slots => [], port => int_(7001), id => 'b' x 40) ])),
+	qr/^ok 1\n0-100 127\.0\.0\.1:7000 a{40}\nnone 127\.0\.0\.1:7001 b{40}\n\z/,
+	'a primary that serves no slot yet: in the map, for redirections to it');
 like(map_of('shards', resp([ shard(slots => [ int_(0), int_(5), int_(10), int_(10) ]) ])),
 	qr/^ok 1\n0-5 \S+ \S+\n10-10 /, 'several ranges of one shard');
 like(map_of('slots', resp([ [ int_(0), int_(9), [ '', int_(7000), 'x' ] ] ])),

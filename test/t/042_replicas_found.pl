@@ -22,14 +22,7 @@ ok(RlockTest::wait_for_redis($node, 15), 'rlock reaches the primary');
 is(status('sync_connection'), 'unused', 'no replica: the sync connection is not used');
 is(status('replicas'), '0', 'rlock_status: no replica');
 
-my $replica = RlockTest::Redis->start(
-	args => [ '--replicaof', '127.0.0.1', $redis->port ]);
-ok(RlockTest::wait_until(
-		sub {
-			($replica->cmd('INFO', 'replication') // '') =~ /master_link_status:up/;
-		},
-		20),
-	'a replica attached');
+my $replica = $redis->start_replica;
 ok(RlockTest::wait_until(sub { status('sync_connection') eq 'ready' }, 15),
 	'rlock finds it within the 10 s between two looks, and waits for it now');
 is(status('replicas'), '1', 'rlock_status: one replica');

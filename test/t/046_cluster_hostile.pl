@@ -7,8 +7,12 @@
 # - maps that make no sense: refused with the reason, the worker lives;
 # - MOVED with a slot or a port out of range: the request fails with
 #   Redis's words, nothing followed;
-# - MOVED and ASK back to the same node for ever, MOVED to a node that
-#   does not answer: 58030 within the usual bound, at a bounded rate;
+# - MOVED and ASK for another slot than the command's: not followed, the
+#   request fails with Redis's words;
+# - MOVED and ASK back to the same node for ever: 58030 within the usual
+#   bound, at a bounded rate;
+# - MOVED and ASK to a node the map does not name: never connected to
+#   (no password, no lock there), 58030 within the bound;
 # - an unasked sunsubscribe for a channel nobody waits on: ignored.
 # The worker is the same process at the end.
 
@@ -21,6 +25,7 @@ use Time::HiRes qw(time usleep);
 use RlockTest;
 use RlockTest::Cluster;
 use RlockTest::Hostile;
+use RlockTest::Recorder;
 
 plan skip_all => 'the relay reads the plain protocol: the plain round runs this'
   if RlockTest::TLS::everywhere();
@@ -127,9 +132,22 @@ for my $bad ([ 'a slot out of range', "-MOVED 70000 127.0.0.1:$relay\r\n" ],
 		"MOVED with $what: the request fails with Redis's words");
 }
 
+# a redirection for another slot than the command's: not followed, the
+# request fails with Redis's words
+my $loop_slot = $redis->cmd('CLUSTER', 'KEYSLOT', 'h:loop');
+my $other_slot = ($loop_slot + 1) % 16384;
+for my $what ('MOVED', 'ASK')
+{
+	relay_map();
+	$hostile->replace('rlock_command', $acquire, "-$what $other_slot 127.0.0.1:$relay\r\n");
+	my ($rc, $out, $err) = RlockTest::timed_psql($node, "BEGIN; SELECT rlock_try('h:loop'); COMMIT");
+	like($err, qr/ERROR:  58000: Redis returned an error for lock "h:loop"\n.*DETAIL:  $what $other_slot /s,
+		"$what for another slot: not followed, the request fails with Redis's words");
+}
+
 # for ever back to the same node: MOVED, then ASK
-for my $loop ([ 'MOVED', "-MOVED 5 127.0.0.1:$relay\r\n" ],
-	[ 'ASK', "-ASK 5 127.0.0.1:$relay\r\n" ])
+for my $loop ([ 'MOVED', "-MOVED $loop_slot 127.0.0.1:$relay\r\n" ],
+	[ 'ASK', "-ASK $loop_slot 127.0.0.1:$relay\r\n" ])
 {
 	my ($what, $bytes) = @$loop;
 	relay_map();
@@ -143,13 +161,25 @@ for my $loop ([ 'MOVED', "-MOVED 5 127.0.0.1:$relay\r\n" ],
 	cmp_ok($n, '<', 1500, "$what: $n commands relayed meanwhile, not a hot loop");
 }
 
-# to a node that never answers: made for it, not waited for past the bound
-relay_map();
-my $black_hole = RlockTest::free_port();	# nothing listens there
-$hostile->replace('rlock_command', $acquire, "-MOVED 5 127.0.0.1:$black_hole\r\n");
-my ($rc, $out, $err, $took) = RlockTest::timed_psql($node, "BEGIN; SELECT rlock_try('h:hole'); COMMIT");
-like($err, qr/ERROR:  58030:/, 'MOVED to a node that does not answer: 58030');
-cmp_ok($took, '<', 4, sprintf('within the bound (%.1f s)', $took));
+# to a node the map does not name: nothing goes there (no connection,
+# no password, no lock), the map is asked again, and the request ends
+# within its bound
+my $hole_slot = $redis->cmd('CLUSTER', 'KEYSLOT', 'h:hole');
+my $elsewhere = RlockTest::Recorder->start(ports => 1);
+my ($elsewhere_port) = $elsewhere->ports;
+for my $what ('MOVED', 'ASK')
+{
+	relay_map();
+	$hostile->replace('rlock_command', $acquire,
+		"-$what $hole_slot 127.0.0.1:$elsewhere_port\r\n");
+	my ($rc, $out, $err, $took) = RlockTest::timed_psql($node, "BEGIN; SELECT rlock_try('h:hole'); COMMIT");
+	like($err, qr/ERROR:  58030:.*\n.*a redirection to a node the slot map does not name/s,
+		"$what to a node the map does not name: 58030, saying so");
+	cmp_ok($took, '<', 4, sprintf('within the bound (%.1f s)', $took));
+}
+is(scalar($elsewhere->connections), 0,
+	'the node the map does not name was never connected to');
+$elsewhere->stop;
 relay_map();
 
 #---- CLUSTER SHARDS unknown: CLUSTER SLOTS ----

@@ -14,15 +14,11 @@ use RlockTest;
 use RlockTest::Proxy;
 use RlockTest::Redis;
 
+plan skip_all => 'the line does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
 my $redis = RlockTest::Redis->start;
-my $replica = RlockTest::Redis->start(
-	args => [ '--replicaof', '127.0.0.1', $redis->port ]);
-ok(RlockTest::wait_until(
-		sub {
-			($replica->cmd('INFO', 'replication') // '') =~ /master_link_status:up/;
-		},
-		20),
-	'a replica attached');
+my $replica = $redis->start_replica;
 
 my $node = RlockTest::node('fair', $redis,
 	conf => [ 'log_min_messages = warning', 'log_statement = none' ]);
@@ -34,9 +30,6 @@ sub status
 
 ok(RlockTest::wait_until(sub { status('sync_connection') eq 'ready' }, 20),
 	'rlock waits for the replica (auto found it)');
-
-plan skip_all => 'the line does not depend on TLS: the plain round runs this'
-  if RlockTest::TLS::everywhere();
 
 # the same load with acquisitions not synced, as the yardstick
 $node->append_conf('postgresql.conf', 'rlock.sync_replicas = off');

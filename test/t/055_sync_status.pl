@@ -25,16 +25,7 @@ plan skip_all => 'counting replicas does not depend on TLS: the plain round runs
   if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
-my @replicas = map {
-	RlockTest::Redis->start(args => [ '--replicaof', '127.0.0.1', $redis->port ])
-} 1 .. 2;
-for my $r (@replicas)
-{
-	ok(RlockTest::wait_until(
-			sub { ($r->cmd('INFO', 'replication') // '') =~ /master_link_status:up/ },
-			20),
-		'replica on port ' . $r->port . ' attached');
-}
+my @replicas = map { $redis->start_replica } 1 .. 2;
 
 # a user of rlock's own without ROLE, and one without ROLE and INFO
 $redis->cmd('ACL', 'SETUSER', 'norole', 'on', '>norolepw', '~*', '&*', '+@all', '-role');

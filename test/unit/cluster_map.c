@@ -21,13 +21,15 @@
 
 #include <stdio.h>
 
+#include "utils/memutils.h"
+
 #include "redis/redis_int.h"
 
-/* A memory context for the reader to carry; shims.c never looks at it */
-static char unit_context_bytes[64];
-#define unit_context	((MemoryContext) unit_context_bytes)
+/* The memory context of the readers (shims.c's, made of malloc) */
+static MemoryContext unit_context = NULL;
 
 static RlockClusterMap map;
+static bool serving[RLOCK_CLUSTER_MAX_NODES];
 
 int
 main(int argc, char **argv)
@@ -40,12 +42,15 @@ main(int argc, char **argv)
 	bool		ok;
 	int			rc = 0;
 	int			slot;
+	int			nserving = 0;
+	int			i;
 
 	if (argc != 4)
 	{
 		fprintf(stderr, "usage: cluster_map shards|slots 0|1 seed-host\n");
 		return 2;
 	}
+	unit_context = AllocSetContextCreate(NULL, "unit", ALLOCSET_DEFAULT_SIZES);
 	reader = rlock_reader_create(unit_context);
 	while (rc == 0 && (n = fread(buf, 1, sizeof(buf), stdin)) > 0)
 	{
@@ -75,7 +80,14 @@ main(int argc, char **argv)
 		printf("refused: %s\n", error);
 		return 0;
 	}
-	printf("ok %d\n", map.nnodes);
+	for (slot = 0; slot < RLOCK_CLUSTER_SLOTS; slot++)
+	{
+		if (map.owner[slot] >= 0)
+			serving[map.owner[slot]] = true;
+	}
+	for (i = 0; i < map.nnodes; i++)
+		nserving += serving[i];
+	printf("ok %d\n", nserving);
 	for (slot = 0; slot < RLOCK_CLUSTER_SLOTS;)
 	{
 		int			owner = map.owner[slot];
@@ -87,6 +99,13 @@ main(int argc, char **argv)
 			printf("%d-%d %s:%d %s\n", slot, last, map.node[owner].host,
 				   map.node[owner].port, map.node[owner].id);
 		slot = last + 1;
+	}
+	/* primaries that serve no slot yet, in the order of the reply */
+	for (i = 0; i < map.nnodes; i++)
+	{
+		if (!serving[i])
+			printf("none %s:%d %s\n", map.node[i].host, map.node[i].port,
+				   map.node[i].id);
 	}
 	return 0;
 }

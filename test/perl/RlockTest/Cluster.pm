@@ -16,6 +16,7 @@ create, and what tests do to it
   $cluster->migrate_slot($slot, $p[2]);     # or begin, keys, end
   my $new = $cluster->failover($p[0]);      # CLUSTER FAILOVER on its replica
   $new = $cluster->kill_primary($p[1]);     # SIGKILL, wait for promotion
+  my $b = $cluster->add_primary(cert => $c); # CLUSTER MEET a new node
   $cluster->stop;
 
 Every wait is bounded and dies when the bound passes.
@@ -38,9 +39,11 @@ use RlockTest::TLS;
 # the whole suite runs over TLS): every node also listens for TLS, and the
 # cluster speaks TLS among itself and to its clients (tls-cluster,
 # tls-replication), so that the map and the redirections name TLS ports;
-# the plain ports stay open for the tests' own client.  Returns once
-# every node says the cluster is ok and knows every other node, and every
-# replica is in sync.
+# the plain ports stay open for the tests' own client; node_cert (with
+# tls): a function of the node's number (1, 2, ...) returning the
+# certificate it serves (RlockTest::TLS::server_cert), rather than the
+# shared one.  Returns once every node says the cluster is ok and knows
+# every other node, and every replica is in sync.
 sub start
 {
 	my ($class, %opt) = @_;
@@ -48,26 +51,14 @@ sub start
 		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
 		nodes => [],
 		tls => $opt{tls} // RlockTest::TLS::everywhere(),
+		node_timeout_ms => $opt{node_timeout_ms} // 2000,
 	}, $class;
 	my $certs = $self->{tls} ? RlockTest::TLS::certs() : undef;
 	my $n = ($opt{primaries} // 3) * (1 + ($opt{replicas} // 1));
 	for my $i (1 .. $n)
 	{
-		my $dir = "$self->{dir}/node$i";
-		mkdir $dir;
-		push @{ $self->{nodes} }, RlockTest::Redis->start(
-			port => $self->free_port_pair,
-			dir => $dir,
-			tls => $self->{tls} ? 1 : 0,
-			($self->{tls}
-				? (tls_port => $self->free_port_pair) : ()),
-			args => [
-				($self->{tls}
-					? ('--tls-cluster', 'yes', '--tls-replication', 'yes') : ()),
-				'--cluster-enabled', 'yes',
-				'--cluster-config-file', "$dir/nodes.conf",
-				'--cluster-node-timeout', $opt{node_timeout_ms} // 2000,
-				'--repl-diskless-sync-delay', '0' ]);
+		push @{ $self->{nodes} }, $self->_start_node($i,
+			$opt{node_cert} ? $opt{node_cert}->($i) : undef);
 	}
 	my $log = '';
 	IPC::Run::run(
@@ -82,6 +73,45 @@ sub start
 	$self->wait_ok(30)
 	  or die "the cluster did not come up:\n$log";
 	return $self;
+}
+
+# A data node numbered $i, serving certificate $cert (undef: the shared
+# one) when the cluster speaks TLS; not yet part of the cluster.
+sub _start_node
+{
+	my ($self, $i, $cert) = @_;
+	my $dir = "$self->{dir}/node$i";
+	mkdir $dir;
+	return RlockTest::Redis->start(
+		port => $self->free_port_pair,
+		dir => $dir,
+		tls => $self->{tls} ? ($cert ? { cert => $cert } : 1) : 0,
+		($self->{tls}
+			? (tls_port => $self->free_port_pair) : ()),
+		args => [
+			($self->{tls}
+				? ('--tls-cluster', 'yes', '--tls-replication', 'yes') : ()),
+			'--cluster-enabled', 'yes',
+			'--cluster-config-file', "$dir/nodes.conf",
+			'--cluster-node-timeout', $self->{node_timeout_ms},
+			'--repl-diskless-sync-delay', '0' ]);
+}
+
+# One more primary, serving no slot: a new node (with certificate $opt{cert}
+# in a TLS cluster, see start) that a node of the cluster meets (CLUSTER
+# MEET), as anyone allowed that command can add one.  Returns it
+# (RlockTest::Redis) once every node knows every other and the cluster is
+# ok; migrate_slot can then give it slots.
+sub add_primary
+{
+	my ($self, %opt) = @_;
+	my $node = $self->_start_node(scalar(@{ $self->{nodes} }) + 1, $opt{cert});
+	my ($any) = grep { $_->pid } @{ $self->{nodes} };
+	my $r = $any->cmd('CLUSTER', 'MEET', '127.0.0.1', $self->cport($node));
+	die "CLUSTER MEET: $r->{error}" if ref $r eq 'HASH';
+	push @{ $self->{nodes} }, $node;
+	$self->wait_ok(30) or die 'the cluster did not take in the new node';
+	return $node;
 }
 
 # A port for a cluster node: free, and so is the port 10000 above it

@@ -14,6 +14,9 @@ bulk string that never ends
   # point rlock.port at $hostile->port
   $hostile->replace('rlock_command', qr/^EXISTS /, ":1\r\n" x 0 . "\$1\r\nx\r\n");
   $hostile->inject('rlock_subscriber', "*1\r\n\$7\r\nmessage\r\n");
+  # "*8", then seven bulk strings of 1,000,000 x: an array one short
+  $hostile->inject_bulks('rlock_command', "*8\r\n", 7, 1_000_000);
+  my $left = $hostile->unsent;     # bytes not yet written to clients
   my $n = $hostile->commands;      # commands relayed so far, all clients
   $hostile->clear;                 # honest again
   $hostile->stop;
@@ -39,7 +42,10 @@ matching commands (all of them unless a count is given):
              connection (a server that stops answering, connection open)
 
 trickle() makes the relay deliver everything to a client one byte at a
-time; inject() sends bytes to a client at once.
+time; inject() sends bytes to a client at once, and inject_bulks() bytes
+followed by bulk strings made in the relay (large lies cost no control
+traffic).  start() takes the ports option of RlockTest::Relay: a relay
+on many ports looks like many servers.
 
 =cut
 
@@ -95,6 +101,15 @@ sub inject
 	my ($self, $client, $bytes) = @_;
 	return $self->_ask('inject', $client, _hex($bytes));
 }
+
+sub inject_bulks
+{
+	my ($self, $client, $head, $count, $size) = @_;
+	return $self->_ask('inject_bulks', $client, _hex($head), $count, $size);
+}
+
+# Bytes waiting in the relay to be written to its clients.
+sub unsent { return $_[0]->_ask('unsent') + 0 }
 
 sub trickle
 {
@@ -174,8 +189,9 @@ sub _strings
 
 sub _serve
 {
-	my ($listen, $ctl, $upstream) = @_;
-	my $sel = IO::Select->new($listen, $ctl);
+	my ($listen, $ctl, $upstream, @more) = @_;
+	my %listeners = map { fileno($_) => $_ } ($listen, @more);
+	my $sel = IO::Select->new(values %listeners, $ctl);
 	$ctl->autoflush(1);
 	my %conn;    # by fileno of either socket: the shared record
 	my @rules;
@@ -184,6 +200,7 @@ sub _serve
 	my $commands = 0;
 	my $ctlbuf = '';
 	local $SIG{TERM} = sub { POSIX::_exit(0) };
+	local $SIG{PIPE} = 'IGNORE';    # a client gone: the write fails
 
 	my $drop = sub {
 		my ($c) = @_;
@@ -227,9 +244,9 @@ sub _serve
 		my @ready = $sel->can_read($timeout);
 		for my $s (@ready)
 		{
-			if ($s == $listen)
+			if ($listeners{ fileno($s) })
 			{
-				my $client = $listen->accept or next;
+				my $client = $s->accept or next;
 				my $server = IO::Socket::INET->new(
 					PeerAddr => '127.0.0.1',
 					PeerPort => $upstream,
@@ -281,6 +298,25 @@ sub _serve
 							$to_client->($c, pack('H*', $a[1] // ''))
 							  if defined $c->{name} && $c->{name} eq $a[0];
 						}
+					}
+					elsif ($op eq 'inject_bulks')
+					{
+						my ($client, $head, $count, $size) = @a;
+						my $bytes = pack('H*', $head // '')
+						  . ("\$$size\r\n" . ('x' x $size) . "\r\n") x $count;
+						my %seen;
+						for my $c (grep { !$seen{$_}++ } values %conn)
+						{
+							$to_client->($c, $bytes)
+							  if defined $c->{name} && $c->{name} eq $client;
+						}
+					}
+					elsif ($op eq 'unsent')
+					{
+						my %seen;
+						$answer = 0;
+						$answer += length($_->{out} // '')
+						  for grep { !$seen{$_}++ } values %conn;
 					}
 					elsif ($op eq 'trickle')
 					{

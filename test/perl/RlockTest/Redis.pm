@@ -22,10 +22,11 @@ use RlockTest::TLS;
 # of extra command line arguments), password (what the tests' own
 # connection authenticates with), tls (also listen for TLS on a port of
 # its own, with the certificates of RlockTest::TLS: 1, or a hash with
-# auth_clients => 'no' (the default), 'yes' or 'optional'; tls_port: that
-# port rather than a free one).  When the
-# whole suite runs over TLS (RlockTest::TLS::everywhere), every server
-# listens for TLS.  The plain port stays open for the tests' own client.
+# auth_clients => 'no' (the default), 'yes' or 'optional', and cert => a
+# certificate of RlockTest::TLS::server_cert served instead of the shared
+# one; tls_port: that port rather than a free one).  When the whole suite
+# runs over TLS (RlockTest::TLS::everywhere), every server listens for
+# TLS.  The plain port stays open for the tests' own client.
 sub start
 {
 	my ($class, %opt) = @_;
@@ -39,18 +40,33 @@ sub start
 	if ($tls)
 	{
 		my $certs = RlockTest::TLS::certs();
+		my $own = ref $tls ? $tls->{cert} : undef;
 		$self->{certs} = $certs;
 		$self->{tls_port} = $opt{tls_port} // RlockTest::free_port();
 		push @{ $self->{args} },
 		  '--tls-port', $self->{tls_port},
-		  '--tls-cert-file', $certs->{server_crt},
-		  '--tls-key-file', $certs->{server_key},
+		  '--tls-cert-file', $own ? $own->{crt} : $certs->{server_crt},
+		  '--tls-key-file', $own ? $own->{key} : $certs->{server_key},
 		  '--tls-ca-cert-file', $certs->{ca},
 		  '--tls-auth-clients',
 		  (ref $tls ? $tls->{auth_clients} // 'no' : 'no');
 	}
 	$self->_spawn;
 	return $self;
+}
+
+# A replica of this server, started like any other (options as start's),
+# once its link to this server is up; dies if it is not within 20 s.
+sub start_replica
+{
+	my ($self, %opt) = @_;
+	my $replica = RlockTest::Redis->start(%opt,
+		args => [ @{ $opt{args} // [] }, '--replicaof', '127.0.0.1', $self->port ]);
+	RlockTest::wait_until(
+		sub { ($replica->cmd('INFO', 'replication') // '') =~ /master_link_status:up/ },
+		20)
+	  or die 'the replica on port ' . $replica->port . ' did not attach';
+	return $replica;
 }
 
 sub port { $_[0]{port} }

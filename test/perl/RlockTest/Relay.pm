@@ -16,13 +16,16 @@ the child things
   my $relay = RlockTest::Something->start($redis->port);
   my $answer = $relay->ask('a control line', 5);   # undef after 5 s
   $relay->stop;
+  my $many = RlockTest::Something->start($redis->port, ports => 30);
+  my @ports = $many->ports;
 
 =head1 DESCRIPTION
 
-start() listens on a free loopback port, forks, and runs the subclass's
-_serve($listen, $ctl, $upstream) in the child: $ctl is its end of a
-socket pair, on which it reads control lines and writes one line back for
-each.  stop() (also on destruction) ends the child.
+start() listens on a free loopback port (or on as many as the ports
+option says), forks, and runs the subclass's _serve($listen, $ctl,
+$upstream, @more_listeners) in the child: $ctl is its end of a socket
+pair, on which it reads control lines and writes one line back for each.
+stop() (also on destruction) ends the child.
 
 =cut
 
@@ -39,13 +42,15 @@ use Socket qw(AF_UNIX SOCK_STREAM PF_UNSPEC);
 
 sub start
 {
-	my ($class, $upstream) = @_;
-	my $listen = IO::Socket::INET->new(
-		Listen => 16,
-		LocalAddr => '127.0.0.1',
-		LocalPort => 0,
-		Proto => 'tcp',
-		ReuseAddr => 1) or die "$class: cannot listen: $!";
+	my ($class, $upstream, %opt) = @_;
+	my @listen = map {
+		IO::Socket::INET->new(
+			Listen => 16,
+			LocalAddr => '127.0.0.1',
+			LocalPort => 0,
+			Proto => 'tcp',
+			ReuseAddr => 1) or die "$class: cannot listen: $!"
+	} 1 .. ($opt{ports} // 1);
 	socketpair(my $parent, my $child, AF_UNIX, SOCK_STREAM, PF_UNSPEC)
 	  or die "$class: socketpair: $!";
 	my $pid = fork();
@@ -53,21 +58,24 @@ sub start
 	if ($pid == 0)
 	{
 		close $parent;
-		$class->can('_serve')->($listen, $child, $upstream);
+		$class->can('_serve')->($listen[0], $child, $upstream, @listen[ 1 .. $#listen ]);
 		POSIX::_exit(0);
 	}
 	close $child;
 	$parent->autoflush(1);
 	my $self = bless {
 		pid => $pid,
-		port => $listen->sockport,
+		ports => [ map { $_->sockport } @listen ],
 		ctl => $parent,
 	}, $class;
-	close $listen;
+	close $_ for @listen;
 	return $self;
 }
 
-sub port { $_[0]{port} }
+sub port { $_[0]{ports}[0] }
+
+# Every port it listens on, the first one first.
+sub ports { @{ $_[0]{ports} } }
 
 # Send a control line; return the child's one-line answer, or undef if
 # none came within $timeout seconds (10 by default) or the child is gone.

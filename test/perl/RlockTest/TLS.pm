@@ -5,13 +5,19 @@
 
 RlockTest::TLS - certificates for rlock's TLS tests, made with the openssl
 command: a CA, a server certificate for localhost and 127.0.0.1, a client
-certificate, and a second CA that signed nothing of these
+certificate, and a second CA that signed nothing of these; and on demand,
+server certificates for other names, signed by the same CA
 
 =head1 SYNOPSIS
 
   my $certs = RlockTest::TLS::certs();
   # $certs->{ca}, {server_crt}, {server_key}, {client_crt}, {client_key},
   # {other_ca}: file names
+
+  # a server certificate of its own, signed by the same CA
+  my $node = RlockTest::TLS::server_cert('node1',
+      'DNS:rlock-cluster.test,IP:127.0.0.1');
+  # $node->{crt}, $node->{key}: file names
 
 =cut
 
@@ -91,6 +97,19 @@ sub certs
 		client_key => $client_key,
 	};
 	return $made;
+}
+
+# A server certificate signed by the CA of certs(), for the
+# subjectAltName $san (as openssl writes it: "DNS:a.test,IP:127.0.0.1");
+# $name tells the files apart.  Returns { crt => file, key => file }.
+sub server_cert
+{
+	my ($name, $san) = @_;
+	my $certs = certs();
+	my ($crt, $key) = _cert($certs->{dir}, "server-$name", "/CN=$name",
+		"$certs->{dir}/ca",
+		"subjectAltName=$san\n" . "extendedKeyUsage=serverAuth,clientAuth\n");
+	return { crt => $crt, key => $key };
 }
 
 # Run the whole suite over TLS (make test sets this for its second round).

@@ -36,6 +36,7 @@ import java.util.concurrent.TimeUnit;
 import org.redisson.Redisson;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
+import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
 import org.redisson.config.ClusterServersConfig;
@@ -173,7 +174,8 @@ public final class Driver
 	/*
 	 * The lock object of an actor for a key, of a kind: "plain" (getLock),
 	 * "read" and "write" (the two halves of getReadWriteLock), "fair"
-	 * (getFairLock).
+	 * (getFairLock), "spin" (getSpinLock), "multi" (getMultiLock over a
+	 * getLock of each name in key, comma separated).
 	 */
 	private RLock lock(String actor, String kind, String key)
 	{
@@ -190,6 +192,17 @@ public final class Driver
 					return c.getReadWriteLock(key).writeLock();
 				case "fair":
 					return c.getFairLock(key);
+				case "spin":
+					return c.getSpinLock(key);
+				case "multi":
+					{
+						String[] names = key.split(",");
+						RLock[] members = new RLock[names.length];
+
+						for (int i = 0; i < names.length; i++)
+							members[i] = c.getLock(names[i]);
+						return c.getMultiLock(members);
+					}
 				default:
 					throw new IllegalArgumentException("unknown lock kind " + kind);
 			}
@@ -202,8 +215,31 @@ public final class Driver
 												   k -> client(actor).getFencedLock(key));
 	}
 
+	/* "sem.<op>": an RSemaphore named a[0] */
+	private Object semaphore(String actor, String op, String[] a) throws Exception
+	{
+		RSemaphore sem = client(actor).getSemaphore(a[0]);
+
+		switch (op)
+		{
+			case "trysetpermits":
+				return sem.trySetPermits(Integer.parseInt(a[1]));
+			case "tryacquire":
+				return sem.tryAcquire(Long.parseLong(a[1]), TimeUnit.MILLISECONDS);
+			case "release":
+				sem.release();
+				return "done";
+			case "available":
+				return sem.availablePermits();
+			default:
+				throw new IllegalArgumentException("unknown order sem." + op);
+		}
+	}
+
 	private Object perform(String actor, String op, String[] a) throws Exception
 	{
+		if (op.startsWith("sem."))
+			return semaphore(actor, op.substring(4), a);
 		/* "<kind>.<op>": the same on another kind of lock (see lock()) */
 		if (op.contains("."))
 		{
