@@ -5,15 +5,26 @@
  *		commands the Redis layer sends on its own behalf.
  *
  * The handshake: AUTH (when a user or a password file is set), SELECT
- * (command connection, database other than 0), CLIENT SETNAME, and on the
- * command connection INFO server, ROLE, CLIENT ID and SCRIPT LOAD of every
- * registered script; from the INFO reply, the fence against the previous
- * command connection (CLIENT KILL ID).  They are pipelined; the
- * connection is READY when the last of them is answered.  AUTH, SELECT
- * and SCRIPT LOAD must work; an ACL may refuse the others, and rlock then
- * does without what they give.  A server that cannot keep locks (a
- * replica by ROLE, a Cluster node or a Sentinel by INFO's redis_mode)
- * fails the handshake (handshake_refuse_server).
+ * (command and sync connections, database other than 0), CLIENT SETNAME;
+ * on the command and sync connections INFO server, ROLE (INFO replication
+ * when ROLE is refused), CLIENT ID and SCRIPT LOAD of every registered
+ * script, and from the INFO reply the fence against the previous
+ * connection (CLIENT KILL ID); on a Sentinel's connections and a Redis
+ * Cluster's map connection, PING.  They are pipelined; the connection is
+ * READY when the last of them is answered.  AUTH, SELECT, SCRIPT LOAD and
+ * PING must work; an ACL may refuse the others, and rlock then does
+ * without what they give (doc/configuration.md, "Redis ACL", lists them
+ * and what each gives).  A server that cannot keep locks (a replica by
+ * ROLE, a Cluster node or a Sentinel by INFO's redis_mode) fails the
+ * handshake (handshake_refuse_server).
+ *
+ * The password is the first line of the password file (rlock.password_file,
+ * or rlock.sentinel_password_file for a Sentinel), read for each new
+ * connection.  As libpq does with a .pgpass file, a file that is not a
+ * regular file or that others may read is not used: here the connection
+ * fails with the reason.  A line longer than the buffer is an error too,
+ * never a password cut short.  Messages name the setting, never the path
+ * (only superusers may see it) nor the password.
  *
  * Each new command connection first closes the previous one on the
  * server side, so that a command still in the network when the worker
@@ -21,8 +32,8 @@
  * (see handshake_fence).
  *
  * After the handshake the layer sends PING on an idle command connection
- * while the worker has waiters, and SCRIPT LOAD again when a script went
- * missing (rlock_scripts_reload).
+ * while the worker has waiters, ROLE now and then (rlock_handshake_role),
+ * and SCRIPT LOAD again when a script went missing (rlock_scripts_reload).
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -33,6 +44,8 @@
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
+
 #include "storage/fd.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -41,6 +54,9 @@
 
 /* Load the scripts again at most this often on one connection */
 #define RLOCK_RELOAD_INTERVAL_MS	1000
+
+/* Room for the password: at most one byte less */
+#define RLOCK_PASSWORD_SIZE		1024
 
 typedef enum HandshakeStep
 {
@@ -170,31 +186,118 @@ rlock_scripts_reload(RlockConn *conn, const RlockCmd *cmd)
 }
 
 /*
+ * The setting that names the password file of "conn"'s server, for
+ * messages: they reach every user, and only superusers may see the path.
+ */
+static const char *
+handshake_password_setting(RlockConn *conn)
+{
+	return (conn->use == RLOCK_USE_SENTINEL || conn->use == RLOCK_USE_WATCH) ?
+		"rlock.sentinel_password_file" : "rlock.password_file";
+}
+
+/*
+ * May the password file be used?  As libpq asks of a .pgpass file: a
+ * regular file without group or world access.  libpq ignores such a file
+ * with a warning; rlock refuses it, which fails the connection with the
+ * reason (an AUTH without the password would fail anyway, less clearly).
+ * fstat() looks at the file that was opened, whatever a symbolic link
+ * pointed at.
+ */
+static bool
+handshake_check_password_file(RlockConn *conn, FILE *f)
+{
+	struct stat st;
+	const char *setting = handshake_password_setting(conn);
+
+	if (fstat(fileno(f), &st) != 0)
+	{
+		rlock_conn_set_error(conn,
+							 "could not read the password file (%s): %m",
+							 setting);
+		return false;
+	}
+	if (!S_ISREG(st.st_mode))
+	{
+		rlock_conn_set_error(conn,
+							 "the password file (%s) is not a regular file",
+							 setting);
+		return false;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO))
+	{
+		rlock_conn_set_error(conn,
+							 "the password file (%s) has group or world access; it must be u=rw (0600) or less",
+							 setting);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * After a read that filled the buffer without reaching the line's end:
+ * does the line end here all the same (the file ends, or the line's end
+ * comes next)?
+ */
+static bool
+handshake_line_ends(FILE *f)
+{
+	int			c = getc(f);
+
+	if (c == '\r')
+		c = getc(f);
+	return c == EOF || c == '\n';
+}
+
+/*
+ * Read the first line of an open password file into password (size
+ * bytes, the line's end left out).  A line that does not fit is an
+ * error, never a password cut short.
+ */
+static bool
+handshake_read_line(RlockConn *conn, FILE *f, char *password, size_t size)
+{
+	const char *setting = handshake_password_setting(conn);
+
+	if (fgets(password, size, f) == NULL)
+	{
+		rlock_conn_set_error(conn, "the password file (%s) is empty",
+							 setting);
+		return false;
+	}
+	if (strchr(password, '\n') == NULL && !handshake_line_ends(f))
+	{
+		explicit_bzero(password, size);
+		rlock_conn_set_error(conn,
+							 "the password in the password file (%s) is longer than %d bytes",
+							 setting, (int) size - 1);
+		return false;
+	}
+	password[strcspn(password, "\r\n")] = '\0';
+	return true;
+}
+
+/*
  * Read the password file: its first line.  False, with the reason in
- * conn->error, if it cannot be read.
+ * conn->error, if it cannot be read or must not be used.
  */
 static bool
 handshake_read_password(RlockConn *conn, char *password, size_t size)
 {
-	RlockServer *srv = conn->server;
-	FILE	   *f = AllocateFile(srv->password_file, "r");
+	FILE	   *f = AllocateFile(conn->server->password_file, "r");
+	bool		ok;
 
-	if (f == NULL || fgets(password, size, f) == NULL)
+	if (f == NULL)
 	{
-		/* the setting, not the path: only superusers may see that */
-		if (f == NULL)
-			rlock_conn_set_error(conn,
-								 "could not read the password file (rlock.password_file): %m");
-		else
-			rlock_conn_set_error(conn,
-								 "the password file (rlock.password_file) is empty");
-		if (f != NULL)
-			FreeFile(f);
+		rlock_conn_set_error(conn,
+							 "could not read the password file (%s): %m",
+							 handshake_password_setting(conn));
 		return false;
 	}
+	ok = handshake_check_password_file(conn, f) &&
+		handshake_read_line(conn, f, password, size);
 	FreeFile(f);
-	password[strcspn(password, "\r\n")] = '\0';
-	return true;
+	return ok;
 }
 
 /*
@@ -205,7 +308,7 @@ rlock_handshake_begin(RlockConn *conn)
 {
 	RlockServer *srv = conn->server;
 	RlockArgs  *args;
-	char		password[1024];
+	char		password[RLOCK_PASSWORD_SIZE];
 	bool		have_password = false;
 
 	if (srv->password_file[0] != '\0')

@@ -130,12 +130,12 @@ sub wait_for_subscribers
 	return wait_until(sub { $redis->subscribers($key) == $n }, $seconds);
 }
 
-# Write $secret as the first line of a new 0600 file in $dir; returns the
-# path (for rlock.password_file).
+# Write $secret as the first line of a new 0600 file in $dir, named $name
+# (redis.pw); returns the path (for rlock.password_file).
 sub password_file
 {
-	my ($dir, $secret) = @_;
-	my $path = "$dir/redis.pw";
+	my ($dir, $secret, $name) = @_;
+	my $path = "$dir/" . ($name // 'redis.pw');
 	open(my $fh, '>', $path) or die "cannot write $path: $!";
 	print $fh "$secret\n";
 	close $fh;

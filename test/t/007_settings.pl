@@ -1,6 +1,8 @@
 # Settings: loading without shared_preload_libraries, authentication with
 # a password file (the secret never logged, the setting hidden from other
-# users), ACL users, the database number, the key prefix, a Unix socket, a
+# users; a file others may read, a directory, an empty file and a password
+# longer than 1023 bytes refused with the reason, one of 1023 bytes used
+# whole), ACL users, the database number, the key prefix, a Unix socket, a
 # host name, and a reload that moves the worker to another server.
 
 use strict;
@@ -165,6 +167,63 @@ unlike($err, qr/hidden-dir-name/, 'not the path');
 	'SELECT last_error FROM rlock_status()', extra_params => [ '-U', 'joe' ]);
 like($out, qr/rlock.password_file/, 'rlock_status() names the setting too');
 unlike($out, qr/hidden-dir-name/, 'and not the path');
+
+# password files checked as libpq checks a .pgpass file, and a password
+# never cut short: each refusal is 58030 with the reason, for any user,
+# naming the setting and not the path
+sub refused_password_file
+{
+	my ($path, $reason, $what) = @_;
+	$node->append_conf('postgresql.conf', "rlock.password_file = '$path'");
+	$node->reload;
+	ok( RlockTest::wait_until(
+			sub {
+				($rc, $out, $err) = $node->psql('postgres',
+					"\\set VERBOSITY verbose\nSELECT rlock_try('x')",
+					extra_params => [ '-U', 'joe' ]);
+				$err =~ /58030/ && $err =~ $reason;
+			},
+			10),
+		"$what: 58030 with the reason")
+	  or diag($err);
+	unlike($err, qr/\Q$dir\E/, "$what: not the path");
+	($rc, $out, $err) = $node->psql('postgres',
+		'SELECT last_error FROM rlock_status()', extra_params => [ '-U', 'joe' ]);
+	like($out, $reason, "$what: rlock_status() says so");
+}
+my $loose = RlockTest::password_file($dir, $secret, 'group.pw');
+chmod 0640, $loose;
+refused_password_file($loose,
+	qr/the password file \(rlock\.password_file\) has group or world access; it must be u=rw \(0600\) or less/,
+	'a password file its group may read');
+chmod 0604, $loose;
+refused_password_file($loose, qr/\(rlock\.password_file\) has group or world access/,
+	'a password file anyone may read');
+mkdir "$dir/a-directory";
+refused_password_file("$dir/a-directory",
+	qr/the password file \(rlock\.password_file\) is not a regular file/,
+	'a directory');
+open(my $empty, '>', "$dir/empty.pw") or die;
+close $empty;
+chmod 0600, "$dir/empty.pw";
+refused_password_file("$dir/empty.pw",
+	qr/the password file \(rlock\.password_file\) is empty/, 'an empty file');
+
+# the longest password that fits (1023 bytes, with a CRLF line end), and
+# one byte more: refused, not cut to the first 1023 (which would be
+# accepted: Redis knows that password too)
+my $long = join('', map { chr(ord('a') + $_ % 26) } 1 .. 1023);
+$redis->cmd('ACL', 'SETUSER', 'alice', ">$long");
+refused_password_file(RlockTest::password_file($dir, "${long}x", 'long.pw'),
+	qr/the password in the password file \(rlock\.password_file\) is longer than 1023 bytes/,
+	'a password of 1024 bytes');
+my $fits = RlockTest::password_file($dir, "$long\r", 'fits.pw');
+$node->append_conf('postgresql.conf', "rlock.password_file = '$fits'");
+$node->reload;
+ok(RlockTest::wait_for_redis($node, 10), 'a password of 1023 bytes is used whole');
+unlike(slurp_file($node->logfile), qr/\Q$long\E|\Q$secret\E/,
+	'no password in the log');
+
 $node->append_conf('postgresql.conf', "rlock.password_file = '$pw'");
 $node->reload;
 
