@@ -30,6 +30,7 @@ use Time::HiRes qw(time usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use RlockTest::ACL;
 use RlockTest::Resp;
 use RlockTest::Redis;
 
@@ -38,9 +39,16 @@ use RlockTest::Redis;
 # with the extension created in database "postgres".  Options:
 # connect_timeout, command_timeout, conf (more lines of postgresql.conf),
 # init (PostgreSQL::Test::Cluster's init options, as allows_streaming).
+# When the whole suite runs as the documented Redis users
+# (RlockTest::ACL::everywhere), rlock connects as them, unless the node's
+# settings name a user of their own (a test about other users).
 sub node
 {
 	my ($name, $redis, %opt) = @_;
+	my @conf = @{ $opt{conf} // [] };
+	push @conf, RlockTest::ACL::node_conf(@conf)
+	  if RlockTest::ACL::everywhere()
+	  && !grep { /^\s*rlock\.username\s*=/ } @conf;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init(%{ $opt{init} // {} });
 	my @tls;
@@ -55,7 +63,7 @@ sub node
 		"rlock.connect_timeout = " . ($opt{connect_timeout} // '1s'),
 		"rlock.command_timeout = " . ($opt{command_timeout} // '1s'),
 		"log_min_messages = info",
-		@{ $opt{conf} // [] }, ''));
+		@conf, ''));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION rlock');
 	# the worker shows in pg_stat_activity a moment after the start

@@ -184,6 +184,13 @@ sub wake_test
 
 wake_test('sharded', $by_port{ $primaries[1]->port }[1]);
 
+# As the documented Redis users (RlockTest::ACL), classic pub/sub needs
+# what doc/configuration.md adds for it
+if (RlockTest::ACL::everywhere())
+{
+	RlockTest::ACL::apply($_, (RlockTest::ACL::lines('cluster'))[2])
+	  for $cluster->nodes;
+}
 $na->append_conf('postgresql.conf', "rlock.cluster_pubsub = 'classic'");
 $na->reload;
 ok(RlockTest::wait_until(sub { status($na, 'cluster_pubsub') eq 'classic' }, 10),

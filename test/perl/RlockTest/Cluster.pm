@@ -31,6 +31,7 @@ use warnings;
 use File::Temp ();
 use IO::Socket::INET;
 use IPC::Run ();
+use RlockTest::ACL;
 use RlockTest::Redis;
 use RlockTest::TLS;
 
@@ -42,8 +43,11 @@ use RlockTest::TLS;
 # the plain ports stay open for the tests' own client; node_cert (with
 # tls): a function of the node's number (1, 2, ...) returning the
 # certificate it serves (RlockTest::TLS::server_cert), rather than the
-# shared one.  Returns once every node says the cluster is ok and knows
-# every other node, and every replica is in sync.
+# shared one; acl (default: when the whole suite runs as the documented
+# users): every node holds rlock's user as doc/configuration.md makes it
+# for a cluster (RlockTest::ACL, required and optional lines).  Returns
+# once every node says the cluster is ok and knows every other node, and
+# every replica is in sync.
 sub start
 {
 	my ($class, %opt) = @_;
@@ -52,6 +56,7 @@ sub start
 		nodes => [],
 		tls => $opt{tls} // RlockTest::TLS::everywhere(),
 		node_timeout_ms => $opt{node_timeout_ms} // 2000,
+		acl => $opt{acl} // RlockTest::ACL::everywhere(),
 	}, $class;
 	my $certs = $self->{tls} ? RlockTest::TLS::certs() : undef;
 	my $n = ($opt{primaries} // 3) * (1 + ($opt{replicas} // 1));
@@ -86,6 +91,7 @@ sub _start_node
 		port => $self->free_port_pair,
 		dir => $dir,
 		tls => $self->{tls} ? ($cert ? { cert => $cert } : 1) : 0,
+		acl => $self->{acl} ? 'cluster' : 0,
 		($self->{tls}
 			? (tls_port => $self->free_port_pair) : ()),
 		args => [

@@ -15,6 +15,7 @@ use warnings;
 use File::Temp ();
 use POSIX ();
 use Time::HiRes qw(usleep);
+use RlockTest::ACL;
 use RlockTest::Resp;
 use RlockTest::TLS;
 
@@ -51,6 +52,11 @@ sub start
 		  '--tls-auth-clients',
 		  (ref $tls ? $tls->{auth_clients} // 'no' : 'no');
 	}
+	my $acl = exists $opt{acl} ? $opt{acl}
+	  : RlockTest::ACL::everywhere() ? 'data' : undef;
+	push @{ $self->{args} }, RlockTest::ACL::server_args(
+		ref $acl ? @$acl : (RlockTest::ACL::lines($acl))[ 0, 1 ])
+	  if $acl;
 	$self->_spawn;
 	return $self;
 }

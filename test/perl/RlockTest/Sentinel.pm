@@ -33,6 +33,7 @@ use warnings;
 use File::Temp ();
 use POSIX ();
 use Time::HiRes qw(time usleep);
+use RlockTest::ACL;
 use RlockTest::Redis;
 use RlockTest::TLS;
 use RlockTest::Resp;
@@ -43,7 +44,11 @@ use RlockTest::Resp;
 # (1000), failover_timeout_ms (5000), args (extra command line arguments
 # for every data node), tls (everything speaks TLS: the data nodes, the
 # Sentinels, and between them; on by default when the whole suite runs
-# over TLS).  Returns once every replica is in sync and every Sentinel
+# over TLS), acl (default: when the whole suite runs as the documented
+# users): the data nodes and the Sentinels hold rlock's users as
+# doc/configuration.md makes them (RlockTest::ACL, required and optional
+# lines; a Sentinel keeps its user in the configuration file it rewrites).
+# Returns once every replica is in sync and every Sentinel
 # names the primary and knows the replicas and its peers.
 #
 # With tls, every server keeps a plain port for the tests' own commands;
@@ -62,6 +67,7 @@ sub start
 		dir => $opt{dir} // File::Temp::tempdir(CLEANUP => 1),
 		args => $opt{args} // [],
 		tls => $opt{tls} // RlockTest::TLS::everywhere(),
+		acl => $opt{acl} // RlockTest::ACL::everywhere(),
 		nodes => [],
 		sentinels => [],
 	}, $class;
@@ -91,6 +97,10 @@ sub start
 			$self->_sentinel_tls_conf($tls_port),
 			(defined $self->{sentinel_pw}
 				? "requirepass $self->{sentinel_pw}" : ()),
+			($self->{acl}
+				? RlockTest::ACL::config_line(
+					(RlockTest::ACL::lines('sentinel'))[ 0, 1 ])
+				: ()),
 			"sentinel monitor $self->{name} 127.0.0.1 "
 			  . $primary->rlock_port . " $self->{quorum}",
 			(defined $self->{data_pw}
@@ -140,6 +150,7 @@ sub _start_data
 	mkdir $dir;
 	return RlockTest::Redis->start(
 		tls => $self->{tls},
+		acl => $self->{acl} ? 'data' : 0,
 		args => [ $self->_data_args($primary) ],
 		password => $self->{data_pw},
 		dir => $dir);
