@@ -233,6 +233,8 @@ for my $i (1 .. 3)
 {
 	push @tokens,
 	  $node->safe_psql('postgres', "SELECT rlock_try_token('ls:fence')");
+	# the statement's end queues the release; the worker sends it after
+	RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'ls:fence') == 0 }, 5);
 	push @tokens,
 	  $redis->cmd('EVAL', $fenced, 2, 'ls:fence', 'redisson_lock_token:{ls:fence}',
 		30000, "java-client:$i");
