@@ -472,8 +472,6 @@ my $nc = RlockTest::node('users_c', $primaries[0],
 		"rlock.watchdog_timeout = '1s'" ]);
 ok(RlockTest::wait_for_cluster_map($nc, 3), 'Cluster: the slot map, every primary ready');
 is(status($nc, 'cluster_pubsub'), 'sharded', 'Cluster: sharded pub/sub (PUBSUB SHARDNUMSUB)');
-ok(RlockTest::wait_until(sub { status($nc, 'sync_connection') eq 'ready' }, 15),
-	'Cluster: acquisitions wait for the replicas');
 
 # keys of every primary
 my %key_of;
@@ -508,6 +506,9 @@ for my $key (@keys)
 			"SELECT rlock_is_locked('$key'), instance IS NOT NULL FROM rlock_holder('$key')"),
 		't|t', "Cluster: $key read");
 }
+# (a primary's connections are made when a key of it is used)
+ok(RlockTest::wait_until(sub { status($nc, 'sync_connection') eq 'ready' }, 15),
+	'Cluster: acquisitions wait for the replicas');
 ok(RlockTest::wait_for_renewal($cluster->owner($cluster->slot($keys[0])), $keys[0], 5),
 	'Cluster: leases renewed');
 $s->query_safe('SELECT rlock_release_all()');
