@@ -284,9 +284,23 @@ handshake_read_line(RlockConn *conn, FILE *f, char *password, size_t size)
 static bool
 handshake_read_password(RlockConn *conn, char *password, size_t size)
 {
-	FILE	   *f = AllocateFile(conn->server->password_file, "r");
+	FILE	   *f;
+	struct stat st;
 	bool		ok;
 
+	/*
+	 * Opening a FIFO would block the worker until a writer came: what is
+	 * no regular file is not opened at all (and what was opened is looked
+	 * at again below).
+	 */
+	if (stat(conn->server->password_file, &st) == 0 && !S_ISREG(st.st_mode))
+	{
+		rlock_conn_set_error(conn,
+							 "the password file (%s) is not a regular file",
+							 handshake_password_setting(conn));
+		return false;
+	}
+	f = AllocateFile(conn->server->password_file, "r");
 	if (f == NULL)
 	{
 		rlock_conn_set_error(conn,

@@ -10,6 +10,7 @@ use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use POSIX ();
 use Test::More;
 use RlockTest;
 
@@ -203,6 +204,13 @@ mkdir "$dir/a-directory";
 refused_password_file("$dir/a-directory",
 	qr/the password file \(rlock\.password_file\) is not a regular file/,
 	'a directory');
+# opening a FIFO would block the worker until a writer came
+POSIX::mkfifo("$dir/a-fifo", 0600) or die "mkfifo: $!";
+refused_password_file("$dir/a-fifo",
+	qr/the password file \(rlock\.password_file\) is not a regular file/,
+	'a FIFO, without the worker blocking on it');
+is($node->safe_psql('postgres', 'SELECT worker_pid IS NOT NULL FROM rlock_status()'), 't',
+	'the worker still answers');
 open(my $empty, '>', "$dir/empty.pw") or die;
 close $empty;
 chmod 0600, "$dir/empty.pw";
