@@ -237,9 +237,16 @@ rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 		index = lh->hold;
 	else
 	{
+		/*
+		 * The reserve goes by the role that runs the statement (as SET
+		 * ROLE left it), not by the owner of a SECURITY DEFINER function
+		 * on the way: a superuser's wrapper granted to a role must not
+		 * hand that role's sessions the reserve.
+		 */
 		index = rlock_hold_alloc(rlock_my_owner_id(), kind, key, keylen,
 								 strlen(rlock_prefix()),
-								 superuser() ? 0 : rlock_superuser_reserved_locks,
+								 superuser_arg(GetOuterUserId()) ? 0 :
+								 rlock_superuser_reserved_locks,
 								 &generation);
 		if (index == RLOCK_HOLD_TABLE_RESERVED)
 			ereport(ERROR,
