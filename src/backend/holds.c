@@ -739,7 +739,17 @@ rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 			rlock_local_warn_lost(lh, nxact, nsession, true, true);
 		}
 		if (!session)
+		{
 			rlock_warn_outside_block(lh);
+
+			/*
+			 * The check goes ahead of modules that registered since the
+			 * last statement end now, not only at the next one: a PL/pgSQL
+			 * expression takes a lock without the executor, and a
+			 * procedure's COMMIT may follow it directly.
+			 */
+			rlock_xact_callback_first();
+		}
 	}
 	else
 	{
@@ -1007,8 +1017,10 @@ rlock_verify_before_commit(void)
  * calls the callback registered last first, and a module registers on its
  * first use in the session, which may come after rlock's: utility.c calls
  * this after every statement while the transaction has something the
- * check looks at, and the check has a callback of its own that moves to
- * the front of the list.
+ * check looks at, and so does every transaction-scoped acquisition (a
+ * PL/pgSQL expression takes a lock with no statement end, which a
+ * procedure's COMMIT may follow), and the check has a callback of its own
+ * that moves to the front of the list.
  *
  * Moving it frees the old list item.  Should a statement end while
  * PostgreSQL walks the list (another module running SQL from its own
