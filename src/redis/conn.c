@@ -544,7 +544,6 @@ rlock_node_move(RlockNode *node, const char *host, int port)
 		node->conn[i]->fence_id = 0;
 		node->conn[i]->fence_run_id[0] = '\0';
 		node->conn[i]->ever_ready = false;
-		node->conn[i]->in_demand = false;	/* that was the old address */
 	}
 }
 
@@ -986,15 +985,6 @@ conn_closed(RlockConn *conn)
 	conn->scripts_seq = 0;
 	conn->sends = 0;
 
-	/*
-	 * A Redis Cluster primary's connection is made when used and closed
-	 * when idle (router.c).  One lost with commands on the wire, or before
-	 * it was ready, is made again until it is, however long that takes:
-	 * what was on the wire, a release say, goes again only then.
-	 */
-	if (!conn->idle_drop && (!was_ready || !dlist_is_empty(&conn->inflight)))
-		conn->in_demand = true;
-
 	while (!dlist_is_empty(&conn->inflight))
 	{
 		RlockCmd   *cmd = dlist_container(RlockCmd, node,
@@ -1214,7 +1204,6 @@ rlock_conn_became_ready(RlockConn *conn)
 	if (conn->use == RLOCK_USE_COMMAND || conn->use == RLOCK_USE_SYNC)
 		rlock_handshake_publish_id(conn);
 	conn->state = RLOCK_CONN_READY;
-	conn->in_demand = false;
 	conn->fence_owed = false;	/* the handshake closed the old one */
 	conn->ready_at = conn->since = GetCurrentTimestamp();
 	status_dirty = true;

@@ -225,9 +225,6 @@ struct RlockConn
 	bool		failed;			/* unusable: dropped at the next tick */
 	bool		quiet_drop;		/* for a cause logged on its own */
 	bool		idle_drop;		/* closed for want of use: no outage */
-	bool		in_demand;		/* lost with commands on the wire, or
-								 * before it was ready: made again until it
-								 * is, used since or not */
 	TimestampTz used_at;		/* a Redis Cluster primary's: a command
 								 * was last routed to it then */
 	TimestampTz deadline;		/* connect and handshake must end by then */

@@ -943,9 +943,7 @@ rlock_router_reclaimable(RlockConn *conn)
  * Is a connection to a primary idle: made, or to be made, for nothing
  * now?  A primary's connections are made when a key of its slots is used
  * and closed once nothing has gone there for RLOCK_IDLE_MS: not while a
- * command is on the wire, nor a subscriber that waiters need; and one
- * lost with commands on the wire, or before it was ready, is made again
- * until it is (the releases that wait for it go only then).  So the
+ * command is on the wire, nor a subscriber that waiters need.  So the
  * worker holds the sockets of the primaries it works with, not of every
  * primary of the cluster (the file descriptors it may hold are few: see
  * transport.c).
@@ -953,7 +951,7 @@ rlock_router_reclaimable(RlockConn *conn)
 bool
 rlock_router_idle(RlockConn *conn)
 {
-	if (conn->in_demand || !rlock_router_reclaimable(conn))
+	if (!rlock_router_reclaimable(conn))
 		return false;
 	return conn->used_at == 0 ||
 		GetCurrentTimestamp() >=
