@@ -94,6 +94,7 @@ DECLARE
     saved aclitem[];
     fresh aclitem[];
     a record;
+    me name := current_user;
 BEGIN
     FOR o IN SELECT * FROM (VALUES
         ('FUNCTION', 'rlock_status()'),
@@ -114,13 +115,29 @@ BEGIN
         SELECT initprivs INTO fresh FROM pg_catalog.pg_init_privs
         WHERE classoid = catalog AND objoid = target AND objsubid = 0;
         EXECUTE format('REVOKE ALL ON %s %s FROM PUBLIC', o.kind, o.name);
-        FOR a IN SELECT * FROM aclexplode(saved) LOOP
+        -- the owner's grants first; then those a role passed on with its
+        -- grant option, made again by that role, so that revoking its
+        -- option (CASCADE) still takes them away
+        FOR a IN SELECT e.*,
+                        EXISTS (SELECT 1 FROM aclexplode(saved) g
+                                WHERE g.grantee = e.grantor
+                                  AND g.privilege_type = e.privilege_type
+                                  AND g.is_grantable) AS passed_on
+                 FROM aclexplode(saved) WITH ORDINALITY AS e
+                 ORDER BY passed_on, ordinality
+        LOOP
+            IF a.passed_on THEN
+                EXECUTE format('SET LOCAL ROLE %I', pg_get_userbyid(a.grantor));
+            END IF;
             EXECUTE format('GRANT %s ON %s %s TO %s%s',
                            a.privilege_type, o.kind, o.name,
                            CASE a.grantee WHEN 0 THEN 'PUBLIC'
                            ELSE quote_ident(pg_get_userbyid(a.grantee)) END,
                            CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION'
                            ELSE '' END);
+            IF a.passed_on THEN
+                EXECUTE format('SET LOCAL ROLE %I', me);
+            END IF;
         END LOOP;
         -- those grants are the user's, not the extension's own
         DELETE FROM pg_catalog.pg_init_privs

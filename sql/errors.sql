@@ -208,6 +208,16 @@ REVOKE EXECUTE ON FUNCTION rlock_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rlock_status() TO err_monitor;
 REVOKE SELECT ON rlock_stats FROM PUBLIC;
 GRANT SELECT ON rlock_stats TO err_monitor;
+-- grants a role passed on with its grant option keep that role as their
+-- grantor: revoking its option with CASCADE still takes them away
+CREATE ROLE err_lead;
+CREATE ROLE err_deputy;
+GRANT EXECUTE ON FUNCTION rlock_status() TO err_lead WITH GRANT OPTION;
+GRANT SELECT ON rlock_stats TO err_lead WITH GRANT OPTION;
+SET ROLE err_lead;
+GRANT EXECUTE ON FUNCTION rlock_status() TO err_deputy;
+GRANT SELECT ON rlock_stats TO err_deputy;
+RESET ROLE;
 ALTER EXTENSION rlock UPDATE TO '1.3';
 SELECT cluster_pubsub IS NULL AS status_1_3 FROM rlock_status();
 SELECT has_function_privilege('err_monitor', 'rlock_status()', 'EXECUTE') AS monitor_may,
@@ -239,6 +249,23 @@ SELECT has_function_privilege('err_monitor', 'rlock_status()', 'EXECUTE') AS mon
        has_function_privilege('public', 'rlock_status()', 'EXECUTE') AS public_may;
 SELECT count(*) AS init_privs_of_status FROM pg_init_privs
 WHERE objoid = 'rlock_status()'::regprocedure;
+SELECT a.grantee::regrole AS grantee, a.privilege_type,
+       CASE WHEN a.grantor = p.proowner THEN 'the owner'
+            ELSE a.grantor::regrole::text END AS grantor, a.is_grantable
+FROM pg_proc p, aclexplode(p.proacl) a
+WHERE p.oid = 'rlock_status()'::regprocedure AND a.grantee <> p.proowner
+ORDER BY a.grantee::regrole::text COLLATE "C";
+SELECT a.grantee::regrole AS grantee, a.privilege_type,
+       CASE WHEN a.grantor = c.relowner THEN 'the owner'
+            ELSE a.grantor::regrole::text END AS grantor, a.is_grantable
+FROM pg_class c, aclexplode(c.relacl) a
+WHERE c.oid = 'rlock_stats'::regclass AND a.grantee <> c.relowner
+ORDER BY a.grantee::regrole::text COLLATE "C";
+REVOKE EXECUTE ON FUNCTION rlock_status() FROM err_lead CASCADE;
+REVOKE SELECT ON rlock_stats FROM err_lead CASCADE;
+SELECT has_function_privilege('err_deputy', 'rlock_status()', 'EXECUTE') AS deputy_may,
+       has_table_privilege('err_deputy', 'rlock_stats', 'SELECT') AS deputy_reads;
+DROP ROLE err_lead, err_deputy;
 SELECT sync_wait IS NOT NULL AS status_1_4 FROM rlock_status();
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;

@@ -237,9 +237,16 @@ rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 		index = lh->hold;
 	else
 	{
+		/*
+		 * The reserve goes by the role that runs the statement (as SET
+		 * ROLE left it), not by the owner of a SECURITY DEFINER function
+		 * on the way: a superuser's wrapper granted to a role must not
+		 * hand that role's sessions the reserve.
+		 */
 		index = rlock_hold_alloc(rlock_my_owner_id(), kind, key, keylen,
 								 strlen(rlock_prefix()),
-								 superuser() ? 0 : rlock_superuser_reserved_locks,
+								 superuser_arg(GetOuterUserId()) ? 0 :
+								 rlock_superuser_reserved_locks,
 								 &generation);
 		if (index == RLOCK_HOLD_TABLE_RESERVED)
 			ereport(ERROR,
@@ -732,7 +739,17 @@ rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 			rlock_local_warn_lost(lh, nxact, nsession, true, true);
 		}
 		if (!session)
+		{
 			rlock_warn_outside_block(lh);
+
+			/*
+			 * The check goes ahead of modules that registered since the
+			 * last statement end now, not only at the next one: a PL/pgSQL
+			 * expression takes a lock without the executor, and a
+			 * procedure's COMMIT may follow it directly.
+			 */
+			rlock_xact_callback_first();
+		}
 	}
 	else
 	{
@@ -1000,8 +1017,10 @@ rlock_verify_before_commit(void)
  * calls the callback registered last first, and a module registers on its
  * first use in the session, which may come after rlock's: utility.c calls
  * this after every statement while the transaction has something the
- * check looks at, and the check has a callback of its own that moves to
- * the front of the list.
+ * check looks at, and so does every transaction-scoped acquisition (a
+ * PL/pgSQL expression takes a lock with no statement end, which a
+ * procedure's COMMIT may follow), and the check has a callback of its own
+ * that moves to the front of the list.
  *
  * Moving it frees the old list item.  Should a statement end while
  * PostgreSQL walks the list (another module running SQL from its own

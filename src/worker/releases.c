@@ -219,6 +219,22 @@ worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
 	}
 }
 
+static void worker_resync_later(void);
+
+/*
+ * Has the entry a count to restate that was not sent?
+ */
+static bool
+resync_pending(RlockHold *h)
+{
+	bool		pending;
+
+	SpinLockAcquire(&h->mutex);
+	pending = h->in_use && !h->acquiring && h->resync;
+	SpinLockRelease(&h->mutex);
+	return pending;
+}
+
 /*
  * A hold entry came off the ring: bring Redis to the count it should hold
  * after the releases queued on it.  While an acquire for the entry is on
@@ -269,7 +285,18 @@ worker_sync_hold(int index)
 	if (send)
 		worker_send_release(index, target, lease_ms, owner_id);
 	else
+	{
+		/*
+		 * Held back for want of a connection: in a Redis Cluster, look
+		 * again in a while, routed by the map of then.  A primary's
+		 * connection is made only when something is routed to it (no
+		 * connection becoming ready would bring the entry back), and
+		 * after a failover nothing else may go to the new primary.
+		 */
+		if (rlock_redis_cluster() && resync_pending(h))
+			worker_resync_later();
 		rlock_hold_try_free(index);
+	}
 }
 
 /*

@@ -111,11 +111,12 @@ ok(RlockTest::wait_for_cluster_map($node, 1), 'a good map again');
 #---- redirections that make no sense ----
 
 # Honest again but for the map, which keeps naming the relay (a MOVED
-# makes rlock ask for it again)
+# makes rlock ask for it again, maybe right now: the map's rule is never
+# lifted, or an honest map naming the node itself could slip through and
+# take the commands past the relay)
 sub relay_map
 {
-	$hostile->clear;
-	$hostile->replace('rlock_cluster', qr/^CLUSTER SHARDS/, shards_via_relay());
+	$hostile->clear('rlock_command');
 }
 
 my $acquire = qr/^EVALSHA \S+ 1 h:/;

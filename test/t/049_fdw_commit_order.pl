@@ -130,6 +130,38 @@ is(remote_rows(100), 1, 'procedure: the first part, whose lock held, committed r
 is(remote_rows(101), 0, 'procedure: the second part did not');
 $s->quit;
 
+# the same when the lock is taken by a PL/pgSQL expression (IF, an
+# assignment), which runs without the executor, as the last thing before
+# the procedure's COMMIT, and the foreign server is first used in the
+# session by that procedure, after rlock was: no statement ends between
+# the foreign server's first use and the COMMIT
+$node->safe_psql('postgres', q{
+	CREATE PROCEDURE lock_by_expression(k text, id int) LANGUAGE plpgsql AS $$
+	DECLARE
+		until timestamptz;
+	BEGIN
+		INSERT INTO items VALUES (id, 'e');
+		IF NOT rlock_try(k) THEN
+			RAISE EXCEPTION 'lock % busy', k;
+		END IF;
+		until := clock_timestamp() + interval '1 s';
+		WHILE clock_timestamp() < until LOOP
+		END LOOP;
+		COMMIT;
+	END $$;
+});
+$s = $node->background_psql('postgres', on_error_stop => 0);
+$s->query_safe("\\set VERBOSITY verbose\nSELECT rlock_session_try('fdw:warm4'), rlock_session_release('fdw:warm4')");
+RlockTest::send_query($s, "CALL lock_by_expression('fdw:expr', 200);");
+ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'fdw:expr') == 1 }, 10),
+	'lock taken by an expression: held');
+$redis->cmd('DEL', 'fdw:expr');
+(undef, $err) = RlockTest::collect($s);
+like($err, qr/ERROR:  40001: lock "fdw:expr" was lost/,
+	'lock taken by an expression: the COMMIT fails on the lost lock');
+is(remote_rows(200), 0, 'lock taken by an expression: the remote write did not commit');
+$s->quit;
+
 $node->stop;
 $redis->stop;
 done_testing();

@@ -42,7 +42,32 @@ my ($rc, $out, $err) = $node->psql('postgres',
 like($err, qr/ERROR:  53200: out of rlock lock table entries/,
 	'so is a new session of that role, with 53200');
 
+# the role that runs the statement counts, not the owner of a SECURITY
+# DEFINER function on the way: a superuser's wrapper called by a role
+# without the reserve takes nothing of it, and a superuser calling a
+# role's locking function may
+$node->safe_psql('postgres', q{
+	CREATE ROLE wrapped LOGIN;
+	CREATE FUNCTION su_lock(k text) RETURNS boolean SECURITY DEFINER
+	  LANGUAGE sql AS $$ SELECT rlock_session_try(k) $$;
+	REVOKE ALL ON FUNCTION su_lock(text) FROM PUBLIC;
+	GRANT EXECUTE ON FUNCTION su_lock(text) TO wrapped;
+	CREATE FUNCTION app_lock(k text) RETURNS boolean SECURITY DEFINER
+	  LANGUAGE sql AS $$ SELECT rlock_session_try(k) $$;
+	ALTER FUNCTION app_lock(text) OWNER TO app;
+});
+($rc, $out, $err) = $node->psql('postgres',
+	"SELECT su_lock('res:wrapped')",
+	connstr => $node->connstr('postgres') . ' user=wrapped');
+like($err, qr/DETAIL:  The entries of the shared table of held locks still free are reserved for superusers/,
+	"a superuser's SECURITY DEFINER function does not give its callers the reserve");
 my $su = $node->background_psql('postgres', on_error_stop => 0);
+is($su->query("SELECT app_lock('res:su:0')"), 't',
+	"a superuser calling a role's SECURITY DEFINER function takes a reserved entry");
+$su->query_safe("SELECT rlock_session_release('res:su:0')");
+ok(RlockTest::wait_until(
+		sub { $node->safe_psql('postgres', 'SELECT locks_in_use FROM rlock_status()') == 12 }, 10),
+	'and gives it back');
 is($su->query("SELECT count(*) FROM generate_series(1, 4) k WHERE rlock_session_try('res:su:' || k)"),
 	'4', 'a superuser takes the four reserved entries');
 is($node->safe_psql('postgres', "SELECT rlock_force_release('res:0:1')"), 't',

@@ -117,8 +117,13 @@ sub trickle
 	return $self->_ask('trickle', $client, $on ? 1 : 0);
 }
 
-# Forget every rule; stop splitting.
-sub clear { return $_[0]->_ask('clear') }
+# Forget every rule and stop splitting; with a client name, only for that
+# client (the other rules hold throughout).
+sub clear
+{
+	my ($self, $client) = @_;
+	return $self->_ask('clear', defined $client ? ($client) : ());
+}
 
 # Commands relayed so far, from every client.
 sub commands { return $_[0]->_ask('commands') + 0 }
@@ -321,6 +326,15 @@ sub _serve
 					elsif ($op eq 'trickle')
 					{
 						$split{ $a[0] } = $a[1];
+					}
+					elsif ($op eq 'clear' && @a)
+					{
+						@rules = grep { $_->{client} ne $a[0] } @rules;
+						delete $split{ $a[0] };
+						my %seen;
+						$_->{stream} = 0
+						  for grep { !$seen{$_}++ && defined $_->{name} && $_->{name} eq $a[0] }
+						  values %conn;
 					}
 					elsif ($op eq 'clear')
 					{
