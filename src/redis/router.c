@@ -398,6 +398,29 @@ router_apply(const RlockClusterMap *m)
 	}
 }
 
+/*
+ * How many primaries of a map serve slots (those without any yet need no
+ * connection until a slot migrates to them).
+ */
+static int
+router_serving(const RlockClusterMap *m)
+{
+	bool		serving[RLOCK_CLUSTER_MAX_NODES];
+	int			n = 0;
+	int			i;
+
+	memset(serving, 0, sizeof(serving));
+	for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
+	{
+		if (m->owner[i] >= 0 && !serving[m->owner[i]])
+		{
+			serving[m->owner[i]] = true;
+			n++;
+		}
+	}
+	return n;
+}
+
 static void
 router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 {
@@ -444,7 +467,7 @@ router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		ok = rlock_cluster_map_from_slots(reply, conn->server->host, map,
 										  error, sizeof(error));
 	pfree(rc);
-	if (ok && map->nnodes > max_safe_fds / 3 - 1)
+	if (ok && router_serving(map) > max_safe_fds / 3 - 1)
 	{
 		/*
 		 * Each primary in use needs a connection, and the map's one more:
@@ -452,7 +475,7 @@ router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		 */
 		snprintf(map_error, sizeof(map_error),
 				 "the Redis Cluster has %d primaries, more than the %d connections rlock may hold open besides the map's: raise max_files_per_process (rlock may use a third of the descriptors it leaves free) or the server's open files limit",
-				 map->nnodes, max_safe_fds / 3 - 1);
+				 router_serving(map), max_safe_fds / 3 - 1);
 		rlock_redis_status_error(map_error);
 		if (!map_too_big_logged)
 			ereport(WARNING,
@@ -925,6 +948,10 @@ rlock_router_wanted(RlockConn *conn)
 		return nseeds + nprimaries > 0;
 	if (conn->node == NULL || !conn->node->primary)
 		return false;
+	/* a sync connection lost with acquisitions on the wire is made
+	 * again for its fence, used or not (requests.c) */
+	if (conn->fence_owed)
+		return true;
 	return !rlock_router_idle(conn);
 }
 

@@ -1448,6 +1448,8 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	RlockAcquired result;
 	bool		newly_lost = false;
 	bool		syncing;
+	bool		bad_token = false;
+	int64		token = 0;
 
 	memset(&result, 0, sizeof(result));
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR &&
@@ -1456,15 +1458,23 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_unknown_status(conn, wc, h->kind);
 		reply = NULL;			/* as good as lost */
 	}
-	else if (result.granted &&
-			 (wc->want_token ? result.value < 1 : result.value != 0))
+	else if (result.granted && !wc->want_token && result.value != 0)
 	{
-		/* INCR counts from 1; a token below that fences nothing */
-		rlock_conn_fail(conn, wc->want_token ?
-						"a grant with a fencing token below 1" :
-						"a grant with a fencing token nobody asked for");
+		/* the script counts no token unless asked: Redis never says so */
+		rlock_conn_fail(conn, "a grant with a fencing token nobody asked for");
 		memset(&result, 0, sizeof(result));
 		reply = NULL;
+	}
+	else if (result.granted && wc->want_token && result.value < 1)
+	{
+		/*
+		 * INCR counts from 1: a token below that fences nothing.  Someone
+		 * set the counter so (any client that may write it): the grant is
+		 * undone, and the request fails with what the counter said.
+		 */
+		bad_token = true;
+		token = result.value;
+		memset(&result, 0, sizeof(result));
 	}
 	/* a grant that replicas must confirm waits for its WAIT */
 	syncing = result.granted && wc->sync_tag != 0;
@@ -1480,7 +1490,7 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	}
 	if (result.lost)
 		newly_lost = rlock_hold_mark_lost(h);
-	else if (reply == NULL)
+	else if (reply == NULL || bad_token)
 		h->resync = true;		/* it may have run: restore our count */
 	SpinLockRelease(&h->mutex);
 	if (newly_lost)
@@ -1577,6 +1587,16 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		return;
 	}
 	worker_note_answered(req);
+	if (bad_token)
+	{
+		char		detail[RLOCK_DETAIL_LEN];
+
+		snprintf(detail, sizeof(detail),
+				 "The fencing token counter of the lock gave " INT64_FORMAT ", and a token must be 1 or more (a client set the counter); the acquisition was undone.",
+				 token);
+		worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, detail);
+		return;
+	}
 	if (result.granted)
 		worker_grant(wc, req, result.value);
 	else if (reply->type != RLOCK_REPLY_ERROR)

@@ -71,4 +71,18 @@ is($redis->cmd('PTTL', 'redisson_lock_token:{acct:1}'), -1,
 is($redis->cmd('GET', 'redisson_lock_token:{acct:1}'), $b_token,
 	'holding the last token handed out');
 
+# a counter some client set below zero hands out no token: the grant is
+# undone and the call fails with 58000 saying why, the connection and the
+# other sessions untouched
+$redis->cmd('SET', 'redisson_lock_token:{fence:neg}', -5);
+my ($rc, $out, $err) = $node->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT rlock_session_try_token('fence:neg')");
+like($err, qr/ERROR:  58000: Redis returned an error for lock "fence:neg"\n.*DETAIL:  The fencing token counter of the lock gave -4, and a token must be 1 or more/s,
+	'a token below 1: 58000 with the reason');
+ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'fence:neg') == 0 }, 5),
+	'and the grant was undone');
+is($node->safe_psql('postgres',
+		"SELECT rlock_session_try_token('fence:other') > 0, rlock_release_all()"),
+	't|1', 'other locks and tokens work on');
+
 done_testing();

@@ -213,13 +213,13 @@ attack(
 	why => qr/an acquire \(lock kind plain\) answered with an unknown status/);
 
 attack(
-	name => 'a grant with a fencing token below 1',
+	name => 'a grant with a fencing token nobody asked for',
 	setup => sub {
-		$hostile->replace('rlock_command', $acquire, "*2\r\n:1\r\n:-5\r\n");
+		$hostile->replace('rlock_command', $acquire, "*2\r\n:1\r\n:7\r\n");
 	},
-	sql => "SELECT rlock_try_token('h:7t', '0')",
+	sql => "SELECT rlock_try('h:7t')",
 	outcome => $e58030,
-	why => qr/a grant with a fencing token below 1/);
+	why => qr/a grant with a fencing token nobody asked for/);
 
 attack(
 	name => 'a holder query answered with elements of the wrong types',
