@@ -19,7 +19,9 @@
  * PUBLISH on __sentinel__:hello of a data node can forge, so an address
  * from that list never gets the Sentinel password, and a primary is
  * followed only when a configured Sentinel names it.  Nothing of a peer
- * but two counts is kept.
+ * but two counts is kept.  Such a message also makes the list as large
+ * as its author wants: a list the reply reader refuses costs the
+ * connection once, and is then not asked for a while.
  *
  * When the named primary changes, the data connections (command,
  * subscriber, sync) are dropped and made again to the new one; their
@@ -54,6 +56,11 @@
 /* ... and for the other Sentinels once every so many questions */
 #define SENTINEL_PEERS_EVERY	5
 
+/* A list of the other Sentinels that the reader refused (a hello message
+ * can make an entry as large as its author wants) is not asked for again
+ * for this long */
+#define SENTINEL_PEERS_PAUSE_MIN	10
+
 typedef struct SentinelNode
 {
 	RlockServer srv;
@@ -85,6 +92,10 @@ static SentinelNode no_sentinel;	/* their server while there is none */
 /* the other Sentinels the asked one lists, for rlock_status() only */
 static int	peers_listed = 0;
 static int	peers_up = 0;
+static TimestampTz peers_paused_until = 0;	/* not asked until then */
+static bool peers_broke = false;	/* the list refused: the connection it
+									 * broke is made again to the same
+									 * Sentinel */
 
 /* the settings this was configured from */
 static int	conf_topology = -1;
@@ -212,6 +223,8 @@ rlock_sentinel_configure(void)
 		rlock_server_forget(&nodes[i].srv);
 	nnodes = current = 0;
 	peers_listed = peers_up = 0;
+	peers_paused_until = 0;
+	peers_broke = false;
 	conf_topology = rlock_topology;
 	conf_set(&conf_nodes, rlock_nodes);
 	conf_set(&conf_master, rlock_sentinel_master);
@@ -355,7 +368,7 @@ sentinel_ask(RlockConn *conn, TimestampTz now)
 	rlock_args_cstr(args, "GET-MASTER-ADDR-BY-NAME");
 	rlock_args_cstr(args, rlock_sentinel_master);
 	sentinel_send(conn, ASK_MASTER, args, RLOCK_SHAPE_ARRAY_OR_NIL);
-	if (asked++ % SENTINEL_PEERS_EVERY == 0)
+	if (asked++ % SENTINEL_PEERS_EVERY == 0 && now >= peers_paused_until)
 	{
 		args = sentinel_args();
 		rlock_args_cstr(args, "SENTINEL");
@@ -540,6 +553,31 @@ sentinel_peers_reply(RlockConn *conn, const RlockReply *reply)
 	rlock_redis_status_touch();
 }
 
+/*
+ * The reader refused the list of the other Sentinels, and the connection
+ * goes: a peer planted by a hello message can make the list as large as
+ * its author wants, and every Sentinel lists the same peers.  The list is
+ * for rlock_status() only: it is not asked for a while, and the
+ * connection is made again to the same Sentinel.
+ */
+static void
+sentinel_peers_refused(RlockConn *conn)
+{
+	int			i;
+
+	peers_paused_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 SENTINEL_PEERS_PAUSE_MIN * 60 * 1000);
+	peers_broke = true;
+	peers_listed = peers_up = 0;
+	for (i = 0; i < nnodes; i++)
+		nodes[i].seen_up = -1;
+	ereport(LOG,
+			(errmsg("rlock stops asking the Sentinels for their peers for %d minutes: the Sentinel at %s answered SENTINEL SENTINELS with a reply rlock does not accept",
+					SENTINEL_PEERS_PAUSE_MIN, conn->server->address),
+			 errdetail("The list is used for rlock_status() only; until it is asked again, sentinels_known and sentinels_reachable count the Sentinels of rlock.nodes only.")));
+	rlock_redis_status_touch();
+}
+
 static void
 sentinel_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 {
@@ -547,6 +585,8 @@ sentinel_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 
 	if (sc->ask == ASK_MASTER)
 		master_inflight = false;
+	if (reply == NULL && sc->ask == ASK_PEERS && cmd->reply_refused)
+		sentinel_peers_refused(conn);
 	if (reply != NULL && !conn->failed)
 	{
 		if (reply->type == RLOCK_REPLY_ERROR)
@@ -606,6 +646,13 @@ rlock_sentinel_conn_lost(RlockConn *conn)
 
 	if (!rlock_sentinel_active() || conn->use != RLOCK_USE_SENTINEL)
 		return;
+	if (peers_broke)
+	{
+		/* the Sentinel answered; only its list was refused */
+		peers_broke = false;
+		conn->retry_at = 0;
+		return;
+	}
 	nodes[failed].reachable = 0;
 	if (!master_known)
 	{
