@@ -1282,6 +1282,7 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 	cmd->redirects = 0;
 	cmd->asked = false;
 	cmd->unsent = false;
+	cmd->reply_refused = false;
 	if (conn->node != NULL && conn->state == RLOCK_CONN_READY &&
 		!cmd->internal)
 	{
@@ -1508,7 +1509,9 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 /*
  * The reader refused what the connection sent, or gave up its reply to
  * keep the worker within RLOCK_REPLY_BUDGET while another connection
- * read: drop the connection.
+ * read: drop the connection.  Outside pub/sub, the bytes refused were
+ * the reply to the oldest command: its sender is told, with the NULL it
+ * gets as the connection closes.
  */
 static void
 conn_reader_fault(RlockConn *conn)
@@ -1516,6 +1519,8 @@ conn_reader_fault(RlockConn *conn)
 	char		fault[256];
 	char		detail[RLOCK_DETAIL_LEN];
 
+	if (!conn->subscriber && !dlist_is_empty(&conn->inflight))
+		dlist_head_element(RlockCmd, node, &conn->inflight)->reply_refused = true;
 	rlock_reader_describe_fault(conn->reader, fault, sizeof(fault));
 	snprintf(detail, sizeof(detail), "a reply rlock does not accept: %s",
 			 fault);

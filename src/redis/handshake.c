@@ -22,8 +22,10 @@
  * or rlock.sentinel_password_file for a Sentinel), read for each new
  * connection.  As libpq does with a .pgpass file, a file that is not a
  * regular file or that others may read is not used: here the connection
- * fails with the reason.  A line longer than the buffer is an error too,
- * never a password cut short.  Messages name the setting, never the path
+ * fails with the reason; the file is opened without blocking, so that a
+ * FIFO never holds the worker.  A line longer than the buffer, or one
+ * holding a NUL byte, is an error too, never a password cut short.
+ * Messages name the setting, never the path
  * (only superusers may see it) nor the password.
  *
  * Each new command connection first closes the previous one on the
@@ -44,7 +46,9 @@
  */
 #include "postgres.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "storage/fd.h"
 #include "utils/memutils.h"
@@ -202,15 +206,15 @@ handshake_password_setting(RlockConn *conn)
  * with a warning; rlock refuses it, which fails the connection with the
  * reason (an AUTH without the password would fail anyway, less clearly).
  * fstat() looks at the file that was opened, whatever a symbolic link
- * pointed at.
+ * pointed at, or what the path names by now.
  */
 static bool
-handshake_check_password_file(RlockConn *conn, FILE *f)
+handshake_check_password_file(RlockConn *conn, int fd)
 {
 	struct stat st;
 	const char *setting = handshake_password_setting(conn);
 
-	if (fstat(fileno(f), &st) != 0)
+	if (fstat(fd, &st) != 0)
 	{
 		rlock_conn_set_error(conn,
 							 "could not read the password file (%s): %m",
@@ -235,82 +239,115 @@ handshake_check_password_file(RlockConn *conn, FILE *f)
 }
 
 /*
- * After a read that filled the buffer without reaching the line's end:
- * does the line end here all the same (the file ends, or the line's end
- * comes next)?
+ * Read up to "size" bytes of an open file: fewer only at its end.  -1 on
+ * an error.
  */
-static bool
-handshake_line_ends(FILE *f)
+static ssize_t
+handshake_read_start(int fd, char *buf, size_t size)
 {
-	int			c = getc(f);
+	size_t		got = 0;
 
-	if (c == '\r')
-		c = getc(f);
-	return c == EOF || c == '\n';
+	while (got < size)
+	{
+		ssize_t		n = read(fd, buf + got, size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		got += n;
+	}
+	return (ssize_t) got;
 }
 
 /*
  * Read the first line of an open password file into password (size
- * bytes, the line's end left out).  A line that does not fit is an
- * error, never a password cut short.
+ * bytes, the line's end, LF or CRLF, left out).  A line that does not
+ * fit, or that holds a NUL byte, is an error, never a password cut
+ * short.  Reading size + 1 bytes tells: the longest line that fits ends
+ * with CRLF right there.
  */
 static bool
-handshake_read_line(RlockConn *conn, FILE *f, char *password, size_t size)
+handshake_read_line(RlockConn *conn, int fd, char *password, size_t size)
 {
 	const char *setting = handshake_password_setting(conn);
+	char		buf[RLOCK_PASSWORD_SIZE + 1];
+	ssize_t		n;
+	char	   *end;
+	size_t		len;
+	bool		ok = true;
 
-	if (fgets(password, size, f) == NULL)
+	Assert(size == RLOCK_PASSWORD_SIZE);
+	n = handshake_read_start(fd, buf, sizeof(buf));
+	if (n < 0)
+	{
+		rlock_conn_set_error(conn,
+							 "could not read the password file (%s): %m",
+							 setting);
+		return false;
+	}
+	if (n == 0)
 	{
 		rlock_conn_set_error(conn, "the password file (%s) is empty",
 							 setting);
 		return false;
 	}
-	if (strchr(password, '\n') == NULL && !handshake_line_ends(f))
+	end = memchr(buf, '\n', n);
+	len = (end != NULL) ? (size_t) (end - buf) : (size_t) n;
+	if (len > 0 && buf[len - 1] == '\r')
+		len--;
+	if (len > size - 1)
 	{
-		explicit_bzero(password, size);
 		rlock_conn_set_error(conn,
 							 "the password in the password file (%s) is longer than %d bytes",
 							 setting, (int) size - 1);
-		return false;
+		ok = false;
 	}
-	password[strcspn(password, "\r\n")] = '\0';
-	return true;
+	else if (memchr(buf, '\0', len) != NULL)
+	{
+		rlock_conn_set_error(conn,
+							 "the password in the password file (%s) holds a NUL byte",
+							 setting);
+		ok = false;
+	}
+	else
+	{
+		memcpy(password, buf, len);
+		password[len] = '\0';
+	}
+	explicit_bzero(buf, sizeof(buf));
+	return ok;
 }
 
 /*
  * Read the password file: its first line.  False, with the reason in
  * conn->error, if it cannot be read or must not be used.
+ *
+ * Opening a FIFO would block the worker until a writer came: the file is
+ * opened without blocking, and what was opened is looked at before a
+ * byte is read.  Looking at the path first would leave a moment in which
+ * the file could be swapped for a FIFO.
  */
 static bool
 handshake_read_password(RlockConn *conn, char *password, size_t size)
 {
-	FILE	   *f;
-	struct stat st;
+	int			fd;
 	bool		ok;
 
-	/*
-	 * Opening a FIFO would block the worker until a writer came: what is
-	 * no regular file is not opened at all (and what was opened is looked
-	 * at again below).
-	 */
-	if (stat(conn->server->password_file, &st) == 0 && !S_ISREG(st.st_mode))
-	{
-		rlock_conn_set_error(conn,
-							 "the password file (%s) is not a regular file",
-							 handshake_password_setting(conn));
-		return false;
-	}
-	f = AllocateFile(conn->server->password_file, "r");
-	if (f == NULL)
+	fd = OpenTransientFile(conn->server->password_file,
+						   O_RDONLY | O_NONBLOCK | PG_BINARY);
+	if (fd < 0)
 	{
 		rlock_conn_set_error(conn,
 							 "could not read the password file (%s): %m",
 							 handshake_password_setting(conn));
 		return false;
 	}
-	ok = handshake_check_password_file(conn, f) &&
-		handshake_read_line(conn, f, password, size);
-	FreeFile(f);
+	ok = handshake_check_password_file(conn, fd) &&
+		handshake_read_line(conn, fd, password, size);
+	CloseTransientFile(fd);
 	return ok;
 }
 

@@ -135,6 +135,9 @@ struct RlockCmd
 								 * run (a cluster refused it as a whole) */
 	bool		internal;		/* the Redis layer's own (handshake, map):
 								 * never redirected */
+	bool		reply_refused;	/* answered as lost because the reader
+								 * refused its reply: sent again, it would
+								 * be refused again */
 };
 
 /*

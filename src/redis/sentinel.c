@@ -19,7 +19,9 @@
  * PUBLISH on __sentinel__:hello of a data node can forge, so an address
  * from that list never gets the Sentinel password, and a primary is
  * followed only when a configured Sentinel names it.  Nothing of a peer
- * but two counts is kept.
+ * but two counts is kept.  Such a message also makes the list as large
+ * as its author wants: a list the reply reader refuses costs the
+ * connection once, and is then not asked for a while.
  *
  * When the named primary changes, the data connections (command,
  * subscriber, sync) are dropped and made again to the new one; their
@@ -54,6 +56,17 @@
 /* ... and for the other Sentinels once every so many questions */
 #define SENTINEL_PEERS_EVERY	5
 
+/* A message, or a data connection lost, brings the next question forward,
+ * but no nearer than this to the last one: a Sentinel that sends
+ * +switch-master without pause must not make the worker ask, and follow,
+ * as fast as the messages come */
+#define SENTINEL_MIN_GAP_MS		100
+
+/* A list of the other Sentinels that the reader refused (a hello message
+ * can make an entry as large as its author wants) is not asked for again
+ * for this long */
+#define SENTINEL_PEERS_PAUSE_MIN	10
+
 typedef struct SentinelNode
 {
 	RlockServer srv;
@@ -78,6 +91,14 @@ typedef struct SentinelCmd
 
 /* the Sentinels of rlock.nodes, the only ones connected to */
 static SentinelNode nodes[RLOCK_MAX_NODES];
+
+/*
+ * Their host names resolved, for rlock_status() alone: a Sentinel lists
+ * its peers by address, and a Sentinel of rlock.nodes named by host name
+ * is one of those peers.  Apart from nodes[], which is set afresh at each
+ * configuration, since a lookup may still be under way in glibc.
+ */
+static RlockServer lookups[RLOCK_MAX_NODES];
 static int	nnodes = 0;
 static int	current = 0;		/* the Sentinel the connections go to */
 static SentinelNode no_sentinel;	/* their server while there is none */
@@ -85,6 +106,10 @@ static SentinelNode no_sentinel;	/* their server while there is none */
 /* the other Sentinels the asked one lists, for rlock_status() only */
 static int	peers_listed = 0;
 static int	peers_up = 0;
+static TimestampTz peers_paused_until = 0;	/* not asked until then */
+static bool peers_broke = false;	/* the list refused: the connection it
+									 * broke is made again to the same
+									 * Sentinel */
 
 /* the settings this was configured from */
 static int	conf_topology = -1;
@@ -98,6 +123,7 @@ static char *conf_tls_files = NULL;
 /* the questions */
 static bool master_inflight = false;
 static TimestampTz ask_at = 0;	/* next question */
+static TimestampTz asked_at = 0;	/* the last one */
 static int	asked = 0;
 
 /* the primary */
@@ -197,6 +223,44 @@ node_init(SentinelNode *node, const char *host, int port)
 }
 
 /*
+ * Look up the address of Sentinel i's host name in the background (its
+ * connection resolves the name on its own, and only while it is made).
+ * A numeric address is its own.
+ */
+static void
+lookup_start(int i)
+{
+	RlockServer *lk = &lookups[i];
+	const char *host = nodes[i].srv.host;
+
+	if (lk->host == NULL || strcmp(lk->host, host) != 0)
+	{
+		if (lk->host != NULL)
+			pfree(lk->host);
+		lk->host = rlock_redis_strdup(host);
+		lk->resolved[0] = '\0';
+		/* a lookup of the old name still under way: the new one follows */
+		lk->resolve_stale = lk->resolving;
+	}
+	if (rlock_is_numeric_host(host))
+		strlcpy(lk->resolved, host, sizeof(lk->resolved));
+	else
+		rlock_resolve_start(lk);
+}
+
+/*
+ * Is the peer a Sentinel lists at "ip" and "port" Sentinel i of
+ * rlock.nodes?
+ */
+static bool
+lookup_matches(int i, const char *ip, int port)
+{
+	return nodes[i].srv.port == port &&
+		(strcmp(nodes[i].srv.host, ip) == 0 ||
+		 strcmp(lookups[i].resolved, ip) == 0);
+}
+
+/*
  * Take the settings: the Sentinels to ask and the primary's name.  The
  * primary is not known again until a Sentinel names it.
  */
@@ -212,6 +276,8 @@ rlock_sentinel_configure(void)
 		rlock_server_forget(&nodes[i].srv);
 	nnodes = current = 0;
 	peers_listed = peers_up = 0;
+	peers_paused_until = 0;
+	peers_broke = false;
 	conf_topology = rlock_topology;
 	conf_set(&conf_nodes, rlock_nodes);
 	conf_set(&conf_master, rlock_sentinel_master);
@@ -229,6 +295,7 @@ rlock_sentinel_configure(void)
 	master_known = false;
 	master_inflight = false;
 	ask_at = 0;
+	asked_at = 0;
 	asked = 0;
 	error[0] = '\0';
 	if (no_sentinel.srv.host == NULL)
@@ -248,6 +315,8 @@ rlock_sentinel_configure(void)
 	for (i = 0; i < n; i++)
 		node_init(&nodes[i], addrs[i].host, addrs[i].port);
 	nnodes = n;
+	for (i = 0; i < n; i++)
+		lookup_start(i);
 
 	if (n == 0)
 		snprintf(error, sizeof(error),
@@ -355,8 +424,14 @@ sentinel_ask(RlockConn *conn, TimestampTz now)
 	rlock_args_cstr(args, "GET-MASTER-ADDR-BY-NAME");
 	rlock_args_cstr(args, rlock_sentinel_master);
 	sentinel_send(conn, ASK_MASTER, args, RLOCK_SHAPE_ARRAY_OR_NIL);
-	if (asked++ % SENTINEL_PEERS_EVERY == 0)
+	asked_at = now;
+	if (asked++ % SENTINEL_PEERS_EVERY == 0 && now >= peers_paused_until)
 	{
+		int			i;
+
+		/* the names of rlock.nodes may point elsewhere by now */
+		for (i = 0; i < nnodes; i++)
+			lookup_start(i);
 		args = sentinel_args();
 		rlock_args_cstr(args, "SENTINEL");
 		rlock_args_cstr(args, "SENTINELS");
@@ -525,8 +600,7 @@ sentinel_peers_reply(RlockConn *conn, const RlockReply *reply)
 		up = sentinel_peer_down(sentinel_field(entry, "flags")) ? 0 : 1;
 		for (j = 0; j < nnodes; j++)
 		{
-			if (nodes[j].srv.port == port &&
-				strcmp(nodes[j].srv.host, ip->str) == 0)
+			if (lookup_matches(j, ip->str, port))
 				break;
 		}
 		if (j < nnodes)
@@ -540,6 +614,31 @@ sentinel_peers_reply(RlockConn *conn, const RlockReply *reply)
 	rlock_redis_status_touch();
 }
 
+/*
+ * The reader refused the list of the other Sentinels, and the connection
+ * goes: a peer planted by a hello message can make the list as large as
+ * its author wants, and every Sentinel lists the same peers.  The list is
+ * for rlock_status() only: it is not asked for a while, and the
+ * connection is made again to the same Sentinel.
+ */
+static void
+sentinel_peers_refused(RlockConn *conn)
+{
+	int			i;
+
+	peers_paused_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 SENTINEL_PEERS_PAUSE_MIN * 60 * 1000);
+	peers_broke = true;
+	peers_listed = peers_up = 0;
+	for (i = 0; i < nnodes; i++)
+		nodes[i].seen_up = -1;
+	ereport(LOG,
+			(errmsg("rlock stops asking the Sentinels for their peers for %d minutes: the Sentinel at %s answered SENTINEL SENTINELS with a reply rlock does not accept",
+					SENTINEL_PEERS_PAUSE_MIN, conn->server->address),
+			 errdetail("The list is used for rlock_status() only; until it is asked again, sentinels_known and sentinels_reachable count the Sentinels of rlock.nodes only.")));
+	rlock_redis_status_touch();
+}
+
 static void
 sentinel_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 {
@@ -547,6 +646,8 @@ sentinel_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 
 	if (sc->ask == ASK_MASTER)
 		master_inflight = false;
+	if (reply == NULL && sc->ask == ASK_PEERS && cmd->reply_refused)
+		sentinel_peers_refused(conn);
 	if (reply != NULL && !conn->failed)
 	{
 		if (reply->type == RLOCK_REPLY_ERROR)
@@ -606,6 +707,13 @@ rlock_sentinel_conn_lost(RlockConn *conn)
 
 	if (!rlock_sentinel_active() || conn->use != RLOCK_USE_SENTINEL)
 		return;
+	if (peers_broke)
+	{
+		/* the Sentinel answered; only its list was refused */
+		peers_broke = false;
+		conn->retry_at = 0;
+		return;
+	}
 	nodes[failed].reachable = 0;
 	if (!master_known)
 	{
@@ -636,7 +744,21 @@ rlock_sentinel_conn_lost(RlockConn *conn)
 }
 
 /*
- * A +switch-master message: ask at once whom the Sentinel names now.
+ * Ask whom the Sentinel names now: at once, unless the last question was
+ * asked less than SENTINEL_MIN_GAP_MS ago.
+ */
+static void
+sentinel_ask_soon(void)
+{
+	TimestampTz earliest = TimestampTzPlusMilliseconds(asked_at,
+													   SENTINEL_MIN_GAP_MS);
+
+	if (ask_at > earliest)
+		ask_at = earliest;
+}
+
+/*
+ * A +switch-master message: ask soon whom the Sentinel names now.
  */
 void
 rlock_sentinel_message(RlockConn *conn, const char *channel, int channellen,
@@ -648,26 +770,29 @@ rlock_sentinel_message(RlockConn *conn, const char *channel, int channellen,
 		(size_t) payloadlen > namelen &&
 		memcmp(payload, rlock_sentinel_master, namelen) == 0 &&
 		payload[namelen] == ' ')
-		ask_at = 0;
+		sentinel_ask_soon();
 }
 
 /*
  * A data connection failed or found a replica: the primary may have
- * moved, ask now.
+ * moved, ask soon.
  */
 void
 rlock_sentinel_recheck(void)
 {
-	ask_at = 0;
+	sentinel_ask_soon();
 }
 
 void
 rlock_sentinel_tick(TimestampTz now)
 {
 	RlockConn  *conn;
+	int			i;
 
 	if (!rlock_sentinel_active())
 		return;
+	for (i = 0; i < nnodes; i++)
+		rlock_resolve_check(&lookups[i]);
 	conn = rlock_redis_conn(RLOCK_USE_SENTINEL);
 	if (rlock_conn_ready(conn) && !master_inflight && now >= ask_at)
 		sentinel_ask(conn, now);

@@ -1,15 +1,18 @@
 # Settings: loading without shared_preload_libraries, authentication with
 # a password file (the secret never logged, the setting hidden from other
-# users; a file others may read, a directory, an empty file and a password
-# longer than 1023 bytes refused with the reason, one of 1023 bytes used
-# whole), ACL users, the database number, the key prefix, a Unix socket, a
-# host name, and a reload that moves the worker to another server.
+# users; a file others may read, a directory, a FIFO (also one swapped in
+# between the worker's look at the path and its open), an empty file, a
+# password with a NUL byte and one longer than 1023 bytes refused with the
+# reason, one of 1023 bytes used whole), ACL users, the database number,
+# the key prefix, a Unix socket, a host name, and a reload that moves the
+# worker to another server.
 
 use strict;
 use warnings;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use IPC::Run ();
 use POSIX ();
 use Test::More;
 use RlockTest;
@@ -225,12 +228,58 @@ $redis->cmd('ACL', 'SETUSER', 'alice', ">$long");
 refused_password_file(RlockTest::password_file($dir, "${long}x", 'long.pw'),
 	qr/the password in the password file \(rlock\.password_file\) is longer than 1023 bytes/,
 	'a password of 1024 bytes');
+# a NUL byte in the line: refused, not the password cut there (Redis
+# would then be sent "ab", another password)
+refused_password_file(RlockTest::password_file($dir, "ab\0cd", 'nul.pw'),
+	qr/the password in the password file \(rlock\.password_file\) holds a NUL byte/,
+	'a password with a NUL byte');
 my $fits = RlockTest::password_file($dir, "$long\r", 'fits.pw');
 $node->append_conf('postgresql.conf', "rlock.password_file = '$fits'");
 $node->reload;
 ok(RlockTest::wait_for_redis($node, 10), 'a password of 1023 bytes is used whole');
 unlike(slurp_file($node->logfile), qr/\Q$long\E|\Q$secret\E/,
 	'no password in the log');
+
+# A password file replaced by a FIFO after the worker looked at what the
+# path names and before it opened it: gdb holds the worker at the open
+# and swaps the files meanwhile.  The open must not block the worker (a
+# FIFO's open waits for a writer): refused as no regular file, at once.
+my $swapped = RlockTest::password_file($dir, "$long\r", 'swapped.pw');
+$node->append_conf('postgresql.conf', "rlock.password_file = '$swapped'");
+$node->reload;
+ok(RlockTest::wait_for_redis($node, 10), 'a password file that will be swapped is used');
+POSIX::mkfifo("$dir/swap-fifo", 0600) or die "mkfifo: $!";
+my $gdb_out = '';
+my $gdb = IPC::Run::start(
+	[ 'gdb', '-p', RlockTest::worker_pid($node), '-batch', '-nx',
+	  '-ex', 'set confirm off',
+	  '-ex', "break open64 if \$_streq((char *) \$rdi, \"$swapped\")",
+	  '-ex', 'continue',
+	  '-ex', "shell mv -f '$dir/swap-fifo' '$swapped'" ],
+	'<', \undef, '>&', \$gdb_out, IPC::Run::timeout(60));
+ok(RlockTest::wait_until(sub { $gdb->pump_nb; $gdb_out =~ /Breakpoint 1 at/ }, 30),
+	'gdb holds the worker at its next open of the password file')
+  or diag($gdb_out);
+# the worker's connections closed by Redis: it connects again, and reads
+# the password file for that
+$redis->cmd('CLIENT', 'KILL', 'USER', 'alice', 'SKIPME', 'yes');
+$gdb->finish;
+like($gdb_out, qr/Breakpoint 1, .*open64/, 'the worker stopped at the open, and the files were swapped');
+ok(-p $swapped, 'the password file is a FIFO now');
+ok( RlockTest::wait_until(
+		sub {
+			($rc, $out, $err) = $node->psql('postgres',
+				"SET statement_timeout = '3s';\n\\set VERBOSITY verbose\nSELECT rlock_try('x')");
+			$err =~ /58030/ && $err =~ /the password file \(rlock\.password_file\) is not a regular file/;
+		},
+		10),
+	'a FIFO swapped in before the open: refused, the worker not blocked in the open')
+  or diag($err);
+# a worker blocked in the open goes on once a writer comes
+if (sysopen(my $writer, $swapped, POSIX::O_WRONLY | POSIX::O_NONBLOCK))
+{
+	close $writer;
+}
 
 $node->append_conf('postgresql.conf', "rlock.password_file = '$pw'");
 $node->reload;

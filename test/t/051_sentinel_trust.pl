@@ -17,6 +17,9 @@
 #   planted one);
 # - rlock_status() counts the planted Sentinels as known, as the asked
 #   Sentinel lists them, and as reachable only when it sees them up;
+# - a planted run id too long for rlock's reply reader: the list of peers
+#   is refused once, then not asked for a while (rlock keeps its
+#   Sentinel connection and counts the Sentinels of rlock.nodes only);
 # - no connection to any planted address ever came from PostgreSQL;
 # - what Redis Sentinel itself takes from such a message: one with a
 #   higher configuration epoch makes every Sentinel name its primary
@@ -28,7 +31,7 @@ use warnings;
 use File::Temp ();
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time);
+use Time::HiRes qw(time usleep);
 use RlockTest;
 use RlockTest::Recorder;
 use RlockTest::Resp;
@@ -251,6 +254,54 @@ $took = time - $t0;
 diag(sprintf('without a Sentinel for %.1f s', $took));
 ok(RlockTest::wait_for_redis($node, 5), 'and a lock works');
 $dep->start_sentinel(2);
+
+#---- a planted Sentinel whose run id is longer than rlock reads ----
+
+# A hello message's run id becomes that peer's name and run id in
+# SENTINEL SENTINELS: one of 1,100,000 bytes is over the reply reader's
+# limit for a string (1 MiB), so the list cannot be read.  The list is
+# for rlock_status() only: rlock drops that connection once, stops asking
+# for the list for a while, and stays with the Sentinel it asks, rather
+# than drop its Sentinel connection at each question for the list (every
+# 5 s).
+sub rlock_sentinel_connections
+{
+	my %seen;
+	for my $i (0 .. 2)
+	{
+		my $list = eval { $dep->sentinel_cmd($i, 'CLIENT', 'LIST') } // '';
+		$seen{"$sp[$i]:$1"} = 1 for $list =~ /^id=(\d+) .*name=rlock_sentinel /mg;
+	}
+	return keys %seen;
+}
+ok(RlockTest::wait_until(sub { asked_port($node) ne '' }, 10),
+	'rlock asks a Sentinel');
+my $asked_before = asked_port($node);
+my $long_port = RlockTest::free_port();
+$attacker->call('PUBLISH', '__sentinel__:hello',
+	"127.0.0.1,$long_port," . ('r' x 1_100_000) . ',0,main,127.0.0.1,'
+	  . $primary->rlock_port . ',0');
+ok(RlockTest::wait_until(sub { all_list($long_port) }, 10),
+	'the three Sentinels list a peer whose run id is 1,100,000 bytes');
+my %connections;
+my $watch_until = time + 20;
+while (time < $watch_until)
+{
+	$connections{$_} = 1 for rlock_sentinel_connections();
+	usleep(200_000);
+}
+my $log = slurp_file($node->logfile);
+like($log, qr/rlock dropped its Sentinel connection to Redis at [^\n]*: a reply rlock does not accept: a string of 1100000 bytes/,
+	'the list was refused once');
+like($log, qr/rlock stops asking the Sentinels for their peers for \d+ minutes/,
+	'and rlock says it stops asking for it');
+cmp_ok(scalar(keys %connections), '<=', 2,
+	'in 20 s, one Sentinel connection made again, not one every 5 s')
+  or diag(join(' ', sort keys %connections));
+is(asked_port($node), $asked_before, 'rlock asks the Sentinel it asked before');
+is(status($node, 'sentinels_known'), 3,
+	'rlock_status: the Sentinels of rlock.nodes counted, the list not known');
+ok(RlockTest::wait_for_redis($node, 5), 'a lock works');
 
 #---- who ever connected to a planted address ----
 
