@@ -26,9 +26,10 @@
 #include "utils/guc.h"
 
 #include "backend/backend.h"
+#include "compat.h"
 #include "shared/shared.h"
 
-PG_MODULE_MAGIC;
+RLOCK_MODULE_MAGIC;
 
 void		_PG_init(void);
 
@@ -443,8 +444,8 @@ rlock_check_sync_replicas(char **newval, void **extra, GucSource source)
 		}
 		n = (int) l;
 	}
-	/* GUC frees extra with free() */
-	parsed = malloc(sizeof(int));
+	/* the server frees extra itself (compat.h) */
+	parsed = rlock_guc_malloc(sizeof(int));
 	if (parsed == NULL)
 	{
 		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);

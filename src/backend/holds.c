@@ -62,6 +62,7 @@
 #include "utils/timestamp.h"
 
 #include "backend/backend.h"
+#include "compat.h"
 
 /*
  * Consecutive holds alike in scope, subtransaction and lease.  A hold taken
@@ -946,9 +947,9 @@ rlock_warn_outside_block(LocalHold *lh)
 	char	   *key;
 
 	if (IsTransactionBlock() || rlock_in_routine() ||
-		warned_lxid == MyProc->lxid)
+		warned_lxid == rlock_local_xid())
 		return;
-	warned_lxid = MyProc->lxid;
+	warned_lxid = rlock_local_xid();
 	key = rlock_sql_key(lh->key.data, lh->key.len, strlen(rlock_prefix()));
 	ereport(WARNING,
 			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),

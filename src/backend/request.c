@@ -4,9 +4,9 @@
  *		Backend side of the request path: fill our slot, wake the worker,
  *		wait on our latch for the answer, and give up cleanly on an error.
  *
- * A backend has at most one request in flight, in the slot indexed by its
- * MyBackendId.  While waiting it sleeps on its own latch and checks for
- * interrupts after every wake-up, so statement_timeout, lock_timeout,
+ * A backend has at most one request in flight, in the slot indexed by
+ * rlock_backend_index().  While waiting it sleeps on its own latch and
+ * checks for interrupts after every wake-up, so statement_timeout, lock_timeout,
  * pg_cancel_backend and pg_terminate_backend all end the wait.  Giving up
  * sets the slot back to IDLE under its mutex; if the worker had already
  * granted the lock, the grant is handed back through the release ring, and
@@ -33,6 +33,7 @@
 #include "utils/wait_event.h"
 
 #include "backend/backend.h"
+#include "compat.h"
 
 /* Owner number of this session, 0 until first used */
 static uint64 my_owner_id = 0;
@@ -56,6 +57,10 @@ static char last_detail[RLOCK_DETAIL_LEN];
 /* Length of the process title before " waiting" was added, -1 if not */
 static int	ps_plain_len = -1;
 static char *ps_waiting = NULL;
+
+/* The wait event a waiting session shows (compat.h) */
+static uint32 wait_event = 0;
+
 #define RLOCK_PS_SUFFIX		" waiting for rlock"
 
 /*
@@ -112,9 +117,11 @@ rlock_my_owner_id(void)
 static int
 rlock_my_slot_index(void)
 {
-	if (MyBackendId < 1 || MyBackendId > rlock_shared->nslots)
-		elog(ERROR, "backend id %d has no rlock request slot", MyBackendId);
-	return MyBackendId - 1;
+	int			index = rlock_backend_index();
+
+	if (index < 0 || index >= rlock_shared->nslots)
+		elog(ERROR, "backend number %d has no rlock request slot", index);
+	return index;
 }
 
 /*
@@ -135,7 +142,7 @@ rlock_abandon_request(void)
 		return;
 	request_active = false;
 
-	index = MyBackendId - 1;
+	index = rlock_backend_index();
 	slot = rlock_slot(index);
 
 	SpinLockAcquire(&slot->mutex);
@@ -255,7 +262,8 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 								 RLOCK_WAIT_STEP_MS);
 		}
 
-		(void) WaitLatch(MyLatch, events, timeout, PG_WAIT_EXTENSION);
+		(void) WaitLatch(MyLatch, events, timeout,
+						 rlock_wait_event(&wait_event, "Rlock"));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}

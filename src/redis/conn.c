@@ -55,6 +55,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "compat.h"
 #include "redis/redis_int.h"
 
 #define RLOCK_BACKOFF_MIN_MS	50
@@ -105,6 +106,9 @@ static char *configured_nodes = NULL;
 
 static WaitEventSet *wait_set = NULL;
 static bool wait_set_stale = true;
+
+/* The wait event the worker shows while it waits (compat.h) */
+static uint32 wait_event = 0;
 static char *read_buf;
 
 /* Room for the arguments of the command being formatted */
@@ -2086,7 +2090,7 @@ wait_set_build(void)
 
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(rlock_redis_context, 2 + nall);
+	wait_set = rlock_wait_event_set(rlock_redis_context, 2 + nall);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
 					  NULL, NULL);
@@ -2149,7 +2153,8 @@ rlock_redis_wait(long timeout_ms)
 	}
 
 	nevents = WaitEventSetWait(wait_set, timeout_ms, events_out,
-							   max_events, PG_WAIT_EXTENSION);
+							   max_events,
+							   rlock_wait_event(&wait_event, "RlockWorkerMain"));
 	for (i = 0; i < nevents; i++)
 	{
 		RlockConn  *conn = (RlockConn *) events_out[i].user_data;

@@ -5,7 +5,9 @@
  *		are.
  *
  * Everything Redis sends is untrusted: a broken server, a proxy or anyone
- * on the path may send any bytes.  hiredis's reader parses RESP2; it calls
+ * on the path may send any bytes.  hiredis's reader parses RESP (0.14
+ * knows RESP2 only; 1.x also RESP3, whose types rlock never asks for and
+ * refuses here as a protocol error, the way 0.14 refuses them); it calls
  * back into this file to build each value, and this file refuses, before
  * allocating anything, a string longer than RLOCK_REPLY_MAX_STRING, an
  * array of more than RLOCK_REPLY_MAX_ELEMENTS elements, arrays nested
@@ -56,6 +58,18 @@
 #include "utils/memutils.h"
 
 #include "redis/redis_int.h"
+
+/*
+ * What differs between the hiredis majors rlock builds against (Debian 12
+ * has 0.14, Debian 13 1.2): 1.x counts an array's elements in a size_t
+ * and calls back for RESP3's types, which 0.14 refuses itself.
+ */
+#if HIREDIS_MAJOR >= 1
+#define RLOCK_HIREDIS_RESP3		1
+typedef size_t reader_count;
+#else
+typedef int reader_count;
+#endif
 
 /*
  * The context of a reader's replies has small blocks (ALLOCSET_SMALL_SIZES),
@@ -218,6 +232,19 @@ reader_attach(const redisReadTask *task, RlockReply *reply)
 	return reply;
 }
 
+/*
+ * Refuse a value of a RESP3 type: rlock speaks RESP2 and never says HELLO
+ * 3, so such a value comes from something that is not the Redis asked.
+ */
+static void *
+reader_refuse_resp3(RlockReader *reader, const char *what)
+{
+	reader->fault = RLOCK_READER_PROTOCOL;
+	snprintf(reader->fault_text, sizeof(reader->fault_text),
+			 "%s, where RESP2 was spoken", what);
+	return NULL;
+}
+
 static void *
 reader_create_string(const redisReadTask *task, char *str, size_t len)
 {
@@ -241,9 +268,12 @@ reader_create_string(const redisReadTask *task, char *str, size_t len)
 		case REDIS_REPLY_STATUS:
 			reply->type = RLOCK_REPLY_STATUS;
 			break;
-		default:
+		case REDIS_REPLY_STRING:
 			reply->type = RLOCK_REPLY_STRING;
 			break;
+		default:
+			/* RESP3's verbatim strings and big numbers */
+			return reader_refuse_resp3(reader, "a string of a RESP3 type");
 	}
 	reply->str = (char *) (reply + 1);
 	memcpy(reply->str, str, len);
@@ -266,15 +296,18 @@ reader_depth(const redisReadTask *task)
 }
 
 static void *
-reader_create_array(const redisReadTask *task, int elements)
+reader_create_array(const redisReadTask *task, reader_count elements)
 {
 	RlockReader *reader = (RlockReader *) task->privdata;
 	RlockReply *reply;
 
-	if (elements < 0 || elements > RLOCK_REPLY_MAX_ELEMENTS)
+	if (task->type != REDIS_REPLY_ARRAY)	/* RESP3's maps, sets, pushes */
+		return reader_refuse_resp3(reader, "an aggregate of a RESP3 type");
+	/* 0.14 passes a negative count on as it came */
+	if ((uint64) elements > RLOCK_REPLY_MAX_ELEMENTS)
 	{
 		reader->fault = RLOCK_READER_ELEMENTS;
-		reader->fault_value = elements;
+		reader->fault_value = (int64) elements;
 		return NULL;
 	}
 	if (reader_depth(task) > RLOCK_REPLY_MAX_DEPTH)
@@ -342,13 +375,42 @@ reader_free_object(void *obj)
 	rlock_reply_free((RlockReply *) obj);
 }
 
+#ifdef RLOCK_HIREDIS_RESP3
+static void *
+reader_create_double(const redisReadTask *task, double value, char *str,
+					 size_t len)
+{
+	return reader_refuse_resp3((RlockReader *) task->privdata,
+							   "a double (RESP3)");
+}
+
+static void *
+reader_create_bool(const redisReadTask *task, int value)
+{
+	return reader_refuse_resp3((RlockReader *) task->privdata,
+							   "a boolean (RESP3)");
+}
+
+/* hiredis 1.x hands a bare type number as the value of a type whose
+ * callback is missing: every callback is given */
 static redisReplyObjectFunctions reader_functions = {
-	reader_create_string,
-	reader_create_array,
-	reader_create_integer,
-	reader_create_nil,
-	reader_free_object
+	.createString = reader_create_string,
+	.createArray = reader_create_array,
+	.createInteger = reader_create_integer,
+	.createDouble = reader_create_double,
+	.createNil = reader_create_nil,
+	.createBool = reader_create_bool,
+	.freeObject = reader_free_object
 };
+#else
+static redisReplyObjectFunctions reader_functions = {
+	.createString = reader_create_string,
+	.createArray = reader_create_array,
+	.createInteger = reader_create_integer,
+	.createNil = reader_create_nil,
+	.freeObject = reader_free_object
+};
+#endif
 
 /*
  * A reader whose replies are allocated in a context of its own under

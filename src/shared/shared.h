@@ -82,7 +82,7 @@ typedef enum RlockSlotState
 } RlockSlotState;
 
 /*
- * One request slot per backend, indexed by MyBackendId - 1.  The key buffer
+ * One request slot per backend, indexed by rlock_backend_index().  The key buffer
  * at the end holds rlock_max_key_length bytes plus a terminator, so slots
  * are addressed through rlock_slot().
  */

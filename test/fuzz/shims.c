@@ -26,6 +26,8 @@
 
 #include "utils/memutils.h"
 
+#include "compat.h"
+
 typedef struct ShimChunk
 {
 	struct ShimChunk *prev;
@@ -113,10 +115,9 @@ MemoryContextMemAllocated(MemoryContext context, bool recurse)
 }
 
 void
-ExceptionalCondition(const char *conditionName, const char *errorType,
-					 const char *fileName, int lineNumber)
+ExceptionalCondition(RLOCK_EXCEPTIONAL_CONDITION_ARGS)
 {
-	fprintf(stderr, "TRAP: %s(\"%s\", File: \"%s\", Line: %d)\n",
-			errorType, conditionName, fileName, lineNumber);
+	fprintf(stderr, "TRAP: failed Assert(\"%s\"), File: \"%s\", Line: %d\n",
+			conditionName, fileName, lineNumber);
 	abort();
 }
