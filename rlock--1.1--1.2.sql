@@ -53,6 +53,7 @@ DECLARE
     target oid;
     saved aclitem[];
     fresh aclitem[];
+    keep oid[];
     a record;
     me name := current_user;
 BEGIN
@@ -104,5 +105,18 @@ BEGIN
             INSERT INTO pg_catalog.pg_init_privs
             VALUES (target, catalog, 0, 'e', fresh);
         END IF;
+        -- PostgreSQL 17 also records the roles initial privileges name
+        -- (pg_shdepend, 'i'): the roles of the grants set again above
+        -- are not among them, or they could never be dropped
+        keep := '{}';
+        IF cardinality(fresh) > 0 THEN
+            keep := ARRAY(SELECT e.grantee FROM aclexplode(fresh) e
+                          UNION SELECT e.grantor FROM aclexplode(fresh) e);
+        END IF;
+        DELETE FROM pg_catalog.pg_shdepend d
+        WHERE d.dbid = (SELECT oid FROM pg_catalog.pg_database
+                        WHERE datname = current_database())
+          AND d.classid = catalog AND d.objid = target AND d.objsubid = 0
+          AND d.deptype = 'i' AND d.refobjid <> ALL (keep);
     END LOOP;
 END $$;

@@ -105,24 +105,41 @@ SELECT rlock_session_release('err:prepare-session');
 -- advisory locks are, even through a wrapper wrongly marked PARALLEL SAFE
 CREATE FUNCTION err_wrapped_try(k text) RETURNS boolean
 LANGUAGE plpgsql PARALLEL SAFE AS $$ BEGIN RETURN rlock_try(k); END $$;
+-- (force_parallel_mode is debug_parallel_query from PostgreSQL 16 on)
+SELECT current_setting('server_version_num')::int >= 160000 AS pg16 \gset
+\if :pg16
+SET debug_parallel_query = on;
+\else
 SET force_parallel_mode = on;
+\endif
 SET parallel_setup_cost = 0;
 SET parallel_tuple_cost = 0;
 SET client_min_messages = error;
 SELECT err_wrapped_try('err:parallel');
 \echo :LAST_ERROR_SQLSTATE
 RESET client_min_messages;
+\if :pg16
+RESET debug_parallel_query;
+\else
 RESET force_parallel_mode;
+\endif
 RESET parallel_setup_cost;
 RESET parallel_tuple_cost;
 SELECT rlock_is_locked('err:parallel');
 DROP FUNCTION err_wrapped_try(text);
 
 -- settings out of their ranges (timeouts and margin at most 1 h, the
--- watchdog's lease at most 1 day)
+-- watchdog's lease at most 1 day): the ranges, then refusals by SQLSTATE
+-- alone (PostgreSQL 16 words the range with its unit)
+SELECT name, min_val, max_val, unit FROM pg_settings
+WHERE name IN ('rlock.verify_margin', 'rlock.connect_timeout',
+               'rlock.watchdog_timeout')
+ORDER BY name;
+\set VERBOSITY sqlstate
 SET rlock.verify_margin = '61 min';
 ALTER SYSTEM SET rlock.connect_timeout = '2 h';
 ALTER SYSTEM SET rlock.watchdog_timeout = '25 h';
+\set VERBOSITY default
 
 -- one session cannot fill the shared table: rlock.max_locks_per_session
 SET rlock.max_locks_per_session = 3;

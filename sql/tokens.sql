@@ -74,5 +74,9 @@ SET LOCAL rlock.verify_at_commit = off;
 SET LOCAL rlock.verify_margin = '10s';
 SELECT rlock_try('tok:off');
 COMMIT;
+-- (the message words the range with its unit from PostgreSQL 16 on)
+SELECT min_val FROM pg_settings WHERE name = 'rlock.verify_margin';
+\set VERBOSITY sqlstate
 SET rlock.verify_margin = -1;
+\set VERBOSITY default
 \echo :LAST_ERROR_SQLSTATE

@@ -49,10 +49,20 @@ is( observe(
 		   FROM rlock_locks WHERE pid = $waiter_pid"),
 	'obs:k transaction true true',
 	'with its key, scope, wait start and no deadline');
+# PostgreSQL 17 lets an extension name its wait events
+my $named = observe('SELECT current_setting(\'server_version_num\')::int >= 170000') eq 't';
 is( observe(
 		"SELECT wait_event_type || ':' || wait_event FROM pg_stat_activity WHERE pid = $waiter_pid"),
-	'Extension:Extension',
-	'pg_stat_activity shows it waiting on an extension');
+	$named ? 'Extension:Rlock' : 'Extension:Extension',
+	'pg_stat_activity shows it waiting on rlock');
+# (the worker waits nearly always; it may be busy at one look)
+ok( RlockTest::wait_until(
+		sub {
+			observe("SELECT wait_event_type || ':' || wait_event FROM pg_stat_activity WHERE backend_type = 'rlock worker'")
+			  eq ($named ? 'Extension:RlockWorkerMain' : 'Extension:Extension');
+		},
+		10),
+	'and the worker waiting for work');
 SKIP:
 {
 	skip 'no /proc', 1 unless -r "/proc/$waiter_pid/cmdline";
