@@ -49,19 +49,31 @@ need_command() {
 	need_packages "$@"
 }
 
-# Build rlock in $1 and install it into the PostgreSQL found by pg_config.
-# With SANITIZE=1, with AddressSanitizer, UBSan and rlock's Asserts (and
+# Build rlock in $1 and install it into the PostgreSQL found by pg_config,
+# with make arguments "${@:2}".  With SANITIZE=1, with AddressSanitizer, UBSan and rlock's Asserts (and
 # no JIT bitcode); a change of mode rebuilds everything.
 build_and_install() {
-	local mode=${SANITIZE:-0} args=()
+	local dir=$1 mode=${SANITIZE:-0} args=()
+	shift
 	[ "$mode" = 1 ] && args=(SANITIZE=1 with_llvm=no)
-	if [ "$(cat "$1/.build-mode" 2>/dev/null)" != "$mode" ]; then
-		make -s -C "$1" clean >/dev/null
-		echo "$mode" >"$1/.build-mode"
+	args+=("$@")
+	mode="$mode $(pg_config_of "$@")"
+	if [ "$(cat "$dir/.build-mode" 2>/dev/null)" != "$mode" ]; then
+		make -s -C "$dir" "${args[@]}" clean >/dev/null
+		echo "$mode" >"$dir/.build-mode"
 	fi
 	log "building and installing rlock${args:+ (${args[*]})}"
-	make -s -C "$1" "${args[@]}" >/dev/null
-	make -s -C "$1" "${args[@]}" install >/dev/null
+	make -s -C "$dir" "${args[@]}" >/dev/null
+	make -s -C "$dir" "${args[@]}" install >/dev/null
+}
+
+# The pg_config a make with arguments "$@" uses.
+pg_config_of() {
+	local a pg=pg_config
+	for a in "$@"; do
+		case $a in PG_CONFIG=*) pg=${a#PG_CONFIG=} ;; esac
+	done
+	command -v "$pg" || echo "$pg"
 }
 
 # The user servers run as: ourselves, or (as root) an unprivileged user
