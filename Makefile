@@ -16,8 +16,17 @@ DATA = rlock--1.0.sql rlock--1.0--1.1.sql rlock--1.1--1.2.sql rlock--1.2--1.3.sq
 	rlock--1.3--1.4.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
 
+# The version: rlock.control's default_version, the one place it is
+# written.  A release is named by it with a third part for PGXN and Debian
+# (1.4 is release 1.4.0); META.json, debian/changelog and the module's
+# magic block are made from it.
+TOP := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+EXTVERSION := $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(TOP)/rlock.control)
+RELEASE := $(EXTVERSION).0
+
 PG_CPPFLAGS = -I$(srcdir)/src -Wall -Wextra -Werror -Wno-unused-parameter \
-	-Wno-missing-field-initializers -Wno-sign-compare
+	-Wno-missing-field-initializers -Wno-sign-compare \
+	-DRLOCK_VERSION='"$(EXTVERSION)"'
 SHLIB_LINK = -lhiredis -lssl -lcrypto
 
 # make SANITIZE=1 with_llvm=no: AddressSanitizer and UBSan, and rlock's
@@ -54,6 +63,13 @@ ifneq ($(PGXS),)
 include $(PGXS)
 # after PGXS, which sets it empty
 PROVE_FLAGS += -I ./test/perl
+# PGXS passes on the warning flags the server was built with; a server
+# built by a newer compiler (PostgreSQL 18's) may ask for one that this
+# compiler lacks, which it would refuse
+ifneq ($(shell $(CC) -Werror -Wmissing-variable-declarations -fsyntax-only \
+	-x c /dev/null >/dev/null 2>&1 && echo yes),yes)
+override CFLAGS := $(filter-out -Wmissing-variable-declarations,$(CFLAGS))
+endif
 # a change to any header rebuilds every file
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 
@@ -120,9 +136,40 @@ fuzz-replay: $(FUZZ_OUT)/fuzz_reply
 		{ cat $(FUZZ_OUT)/replay.log; exit 1; }
 	@tail -1 $(FUZZ_OUT)/replay.log
 
-.PHONY: test interop demo bench fuzz fuzz-replay
+.PHONY: test test-matrix interop demo bench fuzz fuzz-replay dist deb
+# every suite on PostgreSQL 15 and Redis 7.0, the packages, and the core
+# suites of the matrix's newer rows (test/matrix/README.md)
 test:
-	test/harness/run-tests
+	test/harness/make-test
+
+# every suite on every row of the matrix
+test-matrix:
+	test/matrix/run-matrix --full pg16-redis7 pg17-redis8 pg18-valkey8
+
+# The release tarball (for PGXN too): the files git tracks, and META.json
+DIST = rlock-$(RELEASE)
+META.json: $(TOP)/META.json.in $(TOP)/rlock.control
+	sed 's/@RELEASE@/$(RELEASE)/g' $< >$@
+
+dist: META.json
+	rm -rf $(DIST) $(DIST).tar.gz
+	mkdir $(DIST)
+	git -C $(TOP) ls-files -z | tar -C $(TOP) --null -T - -cf - | tar -C $(DIST) -xf -
+	cp META.json $(DIST)/
+	tar --owner=0 --group=0 --sort=name -czf $(DIST).tar.gz $(DIST)
+	rm -rf $(DIST)
+	@echo $(DIST).tar.gz
+
+# Debian's packages for each PostgreSQL major whose server headers are
+# installed (debian/pgversions), into ..: debian/control and
+# debian/changelog are made here
+debian/changelog: $(TOP)/rlock.control
+	printf 'rlock (%s) unstable; urgency=medium\n\n  * rlock %s.\n\n -- rlock developers <maintainers@rlock.invalid>  %s\n' \
+		'$(RELEASE)' '$(RELEASE)' "$$(date -R)" >$@
+
+deb: debian/changelog
+	pg_buildext updatecontrol
+	dpkg-buildpackage -b -us -uc
 
 # the tests against the real Redisson (Java), node-redisson, HikariCP and
 # Spring only
