@@ -257,7 +257,10 @@ WHERE d.refobjid IN ('rlock_status()'::regprocedure, 'rlock_stats()'::regprocedu
   AND v.oid <> 'rlock_stats'::regclass
 ORDER BY 1;
 DROP VIEW err_stats_view;
+-- (PostgreSQL 18 adds the script's line as CONTEXT)
+\set SHOW_CONTEXT never
 ALTER EXTENSION rlock UPDATE TO '1.4';
+\set SHOW_CONTEXT errors
 \echo :LAST_ERROR_SQLSTATE
 SELECT extversion FROM pg_extension WHERE extname = 'rlock';
 DROP VIEW err_status_view;
