@@ -6,15 +6,16 @@
  *
  * Everything Redis sends is untrusted: a broken server, a proxy or anyone
  * on the path may send any bytes.  hiredis's reader parses RESP (0.14
- * knows RESP2 only; 1.x also RESP3, whose types rlock never asks for and
- * refuses here as a protocol error, the way 0.14 refuses them); it calls
- * back into this file to build each value, and this file refuses, before
- * allocating anything, a string longer than RLOCK_REPLY_MAX_STRING, an
- * array of more than RLOCK_REPLY_MAX_ELEMENTS elements, arrays nested
- * deeper than RLOCK_REPLY_MAX_DEPTH and a reply that would take more than
- * RLOCK_REPLY_MAX_BYTES of memory.  hiredis waits for a bulk string to be
- * complete before it calls back, so the reader also bounds the bytes
- * buffered without a complete reply (RLOCK_REPLY_MAX_PENDING).
+ * knows RESP2 only; 1.x also RESP3, whose types, its null included, rlock
+ * never asks for and refuses here as a protocol error, the way 0.14
+ * refuses them); it calls back into this file to build each value, and
+ * this file refuses, before allocating anything, a string longer than
+ * RLOCK_REPLY_MAX_STRING, an array of more than RLOCK_REPLY_MAX_ELEMENTS
+ * elements, arrays nested deeper than RLOCK_REPLY_MAX_DEPTH and a reply
+ * that would take more than RLOCK_REPLY_MAX_BYTES of memory.  hiredis
+ * waits for a bulk string to be complete before it calls back, so the
+ * reader also bounds the bytes buffered without a complete reply
+ * (RLOCK_REPLY_MAX_PENDING).
  *
  * Those limits are per connection; the worker has many connections (in a
  * Redis Cluster, three per primary).  All readers of the process share
@@ -232,16 +233,60 @@ reader_attach(const redisReadTask *task, RlockReply *reply)
 	return reply;
 }
 
+#ifdef RLOCK_HIREDIS_RESP3
+/*
+ * The name of a RESP3 type hiredis 1.x calls back for, for messages.
+ */
+static const char *
+reader_resp3_name(int type)
+{
+	switch (type)
+	{
+		case REDIS_REPLY_NIL:
+			return "a null";
+		case REDIS_REPLY_DOUBLE:
+			return "a double";
+		case REDIS_REPLY_BOOL:
+			return "a boolean";
+		case REDIS_REPLY_MAP:
+			return "a map";
+		case REDIS_REPLY_SET:
+			return "a set";
+		case REDIS_REPLY_PUSH:
+			return "a push";
+		case REDIS_REPLY_ATTR:
+			return "an attribute";
+		case REDIS_REPLY_BIGNUM:
+			return "a big number";
+		case REDIS_REPLY_VERB:
+			return "a verbatim string";
+	}
+	return "a value";
+}
+#else
+/* 0.14 calls back for RESP2's types only */
+static const char *
+reader_resp3_name(int type)
+{
+	return "a value";
+}
+#endif
+
 /*
  * Refuse a value of a RESP3 type: rlock speaks RESP2 and never says HELLO
  * 3, so such a value comes from something that is not the Redis asked.
+ * hiredis 0.14 refuses every RESP3 type byte itself; 1.x calls back, and
+ * this makes the same bytes a protocol error on either.
  */
 static void *
-reader_refuse_resp3(RlockReader *reader, const char *what)
+reader_refuse_resp3(const redisReadTask *task)
 {
+	RlockReader *reader = (RlockReader *) task->privdata;
+
 	reader->fault = RLOCK_READER_PROTOCOL;
 	snprintf(reader->fault_text, sizeof(reader->fault_text),
-			 "%s, where RESP2 was spoken", what);
+			 "%s (RESP3), where RESP2 was spoken",
+			 reader_resp3_name(task->type));
 	return NULL;
 }
 
@@ -249,8 +294,24 @@ static void *
 reader_create_string(const redisReadTask *task, char *str, size_t len)
 {
 	RlockReader *reader = (RlockReader *) task->privdata;
+	RlockReplyType type;
 	RlockReply *reply;
 
+	switch (task->type)
+	{
+		case REDIS_REPLY_ERROR:
+			type = RLOCK_REPLY_ERROR;
+			break;
+		case REDIS_REPLY_STATUS:
+			type = RLOCK_REPLY_STATUS;
+			break;
+		case REDIS_REPLY_STRING:
+			type = RLOCK_REPLY_STRING;
+			break;
+		default:
+			/* RESP3's verbatim strings and big numbers */
+			return reader_refuse_resp3(task);
+	}
 	if (len > RLOCK_REPLY_MAX_STRING)
 	{
 		reader->fault = RLOCK_READER_STRING;
@@ -260,21 +321,7 @@ reader_create_string(const redisReadTask *task, char *str, size_t len)
 	reply = reader_alloc(reader, len + 1);
 	if (reply == NULL)
 		return NULL;
-	switch (task->type)
-	{
-		case REDIS_REPLY_ERROR:
-			reply->type = RLOCK_REPLY_ERROR;
-			break;
-		case REDIS_REPLY_STATUS:
-			reply->type = RLOCK_REPLY_STATUS;
-			break;
-		case REDIS_REPLY_STRING:
-			reply->type = RLOCK_REPLY_STRING;
-			break;
-		default:
-			/* RESP3's verbatim strings and big numbers */
-			return reader_refuse_resp3(reader, "a string of a RESP3 type");
-	}
+	reply->type = type;
 	reply->str = (char *) (reply + 1);
 	memcpy(reply->str, str, len);
 	reply->str[len] = '\0';
@@ -302,7 +349,7 @@ reader_create_array(const redisReadTask *task, reader_count elements)
 	RlockReply *reply;
 
 	if (task->type != REDIS_REPLY_ARRAY)	/* RESP3's maps, sets, pushes */
-		return reader_refuse_resp3(reader, "an aggregate of a RESP3 type");
+		return reader_refuse_resp3(task);
 	/* 0.14 passes a negative count on as it came */
 	if ((uint64) elements > RLOCK_REPLY_MAX_ELEMENTS)
 	{
@@ -338,12 +385,20 @@ reader_create_integer(const redisReadTask *task, long long value)
 	return reader_attach(task, reply);
 }
 
+/*
+ * A nil: RESP2's null bulk string ($-1) or null array (*-1).  hiredis 1.x
+ * also calls back for RESP3's null (_) and for a map, set or push of
+ * count -1, with the task's type saying which: those are refused.
+ */
 static void *
 reader_create_nil(const redisReadTask *task)
 {
 	RlockReader *reader = (RlockReader *) task->privdata;
-	RlockReply *reply = reader_alloc(reader, 0);
+	RlockReply *reply;
 
+	if (task->type != REDIS_REPLY_STRING && task->type != REDIS_REPLY_ARRAY)
+		return reader_refuse_resp3(task);
+	reply = reader_alloc(reader, 0);
 	if (reply == NULL)
 		return NULL;
 	reply->type = RLOCK_REPLY_NIL;
@@ -380,15 +435,13 @@ static void *
 reader_create_double(const redisReadTask *task, double value, char *str,
 					 size_t len)
 {
-	return reader_refuse_resp3((RlockReader *) task->privdata,
-							   "a double (RESP3)");
+	return reader_refuse_resp3(task);
 }
 
 static void *
 reader_create_bool(const redisReadTask *task, int value)
 {
-	return reader_refuse_resp3((RlockReader *) task->privdata,
-							   "a boolean (RESP3)");
+	return reader_refuse_resp3(task);
 }
 
 /* hiredis 1.x hands a bare type number as the value of a type whose

@@ -102,7 +102,8 @@ sub survived
 
 # Run $sql against a lying relay set up by $setup; expect $outcome
 # (a pattern for the error, or 'ok'); check that rlock_status() names
-# $why.
+# $why.  With survived => 0 the caller checks survived() once after a
+# group of attacks.
 sub attack
 {
 	my (%a) = @_;
@@ -131,7 +132,7 @@ sub attack
 			"$name: rlock_status() says why")
 		  or diag('last error: ' . last_error());
 	}
-	survived($name);
+	survived($name) if $a{survived} // 1;
 	$hostile->clear;
 	ok(RlockTest::wait_for_redis($node, 10),
 		"$name: locks work again once the relay is honest");
@@ -193,6 +194,51 @@ attack(
 	sql => "SELECT rlock_try('h:5')",
 	outcome => $e58030,
 	why => qr/a protocol error/);
+
+# RESP3's values, which a Redis sends only to a client that said HELLO 3
+# (rlock speaks RESP2 and never does), in place of an acquire's reply or
+# inside it: a protocol error each.  hiredis 0.14 refuses their type
+# bytes itself; 1.x parses them and rlock refuses the value it is handed,
+# RESP3's null among them, which 1.x would pass on as a nil like $-1 (a
+# release's "not held").
+sub resp3_refused
+{
+	my ($byte, $type) = @_;
+	return qr/a protocol error \((?:Protocol error, got "\Q$byte\E" as reply type byte|\Q$type\E \(RESP3\), where RESP2 was spoken)\)/;
+}
+
+my @resp3 = (
+	[ 'a double', ",1.5\r\n", ',', 'a double' ],
+	[ 'a boolean', "#t\r\n", '#', 'a boolean' ],
+	[ 'a map', "%1\r\n:1\r\n:1\r\n", '%', 'a map' ],
+	[ 'a set', "~2\r\n:1\r\n:1\r\n", '~', 'a set' ],
+	[ 'a push', ">2\r\n:1\r\n:1\r\n", '>', 'a push' ],
+	[ 'a verbatim string', "=8\r\ntxt:abcd\r\n", '=', 'a verbatim string' ],
+	[ 'a big number', "(12345678901234567890\r\n", '(', 'a big number' ],
+	[ 'an attribute before the reply',
+		"|1\r\n+ttl\r\n:5\r\n*2\r\n:1\r\n:1\r\n", '|', 'an attribute' ],
+	[ 'a null', "_\r\n", '_', 'a null' ],
+	[ 'a map of count -1', "%-1\r\n", '%', 'a map' ],
+	[ 'a double inside the array', "*2\r\n:1\r\n,1.5\r\n", ',', 'a double' ],
+	[ 'a null inside the array', "*2\r\n:0\r\n_\r\n", '_', 'a null' ],
+	[ 'a set of 2^32 - 1 elements', "~4294967295\r\n", '~', 'a set' ],
+	[ 'a map of 2^32 - 1 pairs inside the array',
+		"*2\r\n:1\r\n%4294967295\r\n", '%', 'a map' ],
+	[ 'a set three arrays deep', "*1\r\n*1\r\n~1\r\n:1\r\n", '~', 'a set' ]);
+for my $i (0 .. $#resp3)
+{
+	my ($what, $bytes, $byte, $type) = @{ $resp3[$i] };
+	my $refused = resp3_refused($byte, $type);
+	attack(
+		name => "RESP3, $what",
+		setup => sub { $hostile->replace('rlock_command', $acquire, $bytes) },
+		sql => "SELECT rlock_try('h:resp3')",
+		outcome => qr/ERROR:  58030: could not reach Redis for lock "h:resp3"\n.*DETAIL:  No usable connection to Redis at [^\n]*: a reply rlock does not accept: $refused/s,
+		why => $refused,
+		# the instance and the worker are checked after the last: the
+		# same since the start
+		survived => $i == $#resp3);
+}
 
 # wrong reply types, for every command the worker sends after its
 # handshake (the handshake's own follow)
@@ -302,29 +348,35 @@ attack(
 	outcome => $e58030,
 	why => qr/a reply of the wrong shape \(an integer\)/);
 
+# the release script runs (the relay lies about its reply only), but the
+# worker cannot know: it sends the release again after each reconnection,
+# whose reply kills that connection too, until the relay is honest;
+# meanwhile requests fail.  RESP3's null must not pass for a nil, which
+# would say the lock was not held and end the release.
+for my $case (
+	[ 'an array', "*2\r\n:1\r\n:1\r\n",
+		qr/a reply of the wrong shape \(an array of 2 elements\)/ ],
+	[ "RESP3's null", "_\r\n", resp3_refused('_', 'a null') ])
 {
-	# the release script runs (the relay lies about its reply only), but
-	# the worker cannot know: it sends the release again after each
-	# reconnection, whose reply kills that connection too, until the relay
-	# is honest; meanwhile requests fail
+	my ($what, $bytes, $why) = @$case;
 	my $s = $node->background_psql('postgres');
 	attack(
-		name => 'release answered with an array',
+		name => "release answered with $what",
 		before => sub {
 			$s->query_safe("BEGIN; SELECT rlock_try('h:11');");
 		},
 		setup => sub {
 			$hostile->replace('rlock_command', qr/^EVALSHA $sha{release} /,
-				"*2\r\n:1\r\n:1\r\n");
+				$bytes);
 			$s->query_safe('COMMIT');
-			RlockTest::wait_until(sub { last_error() =~ /wrong shape/ }, 5);
+			RlockTest::wait_until(sub { last_error() =~ $why }, 5);
 		},
 		sql => "SELECT rlock_try('h:11b')",
 		outcome => $e58030,
-		why => qr/a reply of the wrong shape \(an array of 2 elements\)/,
+		why => $why,
 		after => sub {
 			ok(RlockTest::wait_until(sub { !db('EXISTS', 'h:11') }, 10),
-				'nothing is left of the lock');
+				"release answered with $what: nothing is left of the lock");
 		});
 	$s->quit;
 }
@@ -563,6 +615,17 @@ waiter_case(
 			"*3\r\n\$11\r\nunsubscribe\r\n\$3\r\nabc\r\n\$1\r\nx\r\n");
 	},
 	why => qr/a reply of the wrong shape \(an array of 3 elements\)/);
+
+# what a Redis spoken to in RESP3 sends for a published message: a push
+waiter_case(
+	name => 'a message as a RESP3 push',
+	push => sub {
+		my $channel = 'redisson_lock__channel:{h:sub}';
+		$hostile->inject('rlock_subscriber',
+			">3\r\n\$7\r\nmessage\r\n\$" . length($channel)
+			  . "\r\n$channel\r\n\$1\r\n0\r\n");
+	},
+	why => resp3_refused('>', 'a push'));
 
 {
 	my $before;
