@@ -290,6 +290,61 @@ SELECT sync_wait IS NOT NULL AS status_1_4 FROM rlock_status();
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
 DROP ROLE err_monitor;
+-- PostgreSQL 17 records the roles that initial privileges name
+-- (pg_shdepend, 'i'), but the roles initdb made; an update that sets the
+-- user's grants again must leave exactly those, as PostgreSQL keeps them:
+-- none for a role granted to since (or it could not be dropped), and
+-- still those of the superuser that installed (none for the bootstrap
+-- superuser, so another one installs here)
+CREATE ROLE err_admin SUPERUSER;
+CREATE ROLE err_reader;
+CREATE VIEW err_initacl_wrong AS
+WITH ext AS (
+    SELECT classid, objid FROM pg_depend
+    WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+      AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'rlock')),
+recorded AS (
+    SELECT d.classid, d.objid, d.objsubid, d.refobjid AS role
+    FROM pg_shdepend d JOIN ext USING (classid, objid)
+    WHERE d.deptype = 'i'
+      AND d.dbid = (SELECT oid FROM pg_database
+                    WHERE datname = current_database())),
+named AS (
+    SELECT p.classoid AS classid, p.objoid AS objid, p.objsubid, m.role
+    FROM pg_init_privs p
+    JOIN ext ON ext.classid = p.classoid AND ext.objid = p.objoid,
+    LATERAL (SELECT grantee FROM aclexplode(p.initprivs)
+             UNION SELECT grantor FROM aclexplode(p.initprivs)) m(role)
+    WHERE m.role >= 16384
+      AND current_setting('server_version_num')::int >= 170000)
+SELECT CASE WHEN n.role IS NULL THEN 'left behind' ELSE 'missing' END AS record,
+       pg_describe_object(coalesce(r.classid, n.classid),
+                          coalesce(r.objid, n.objid),
+                          coalesce(r.objsubid, n.objsubid)) AS object,
+       coalesce(r.role, n.role)::regrole AS role
+FROM recorded r FULL JOIN named n
+  ON n.classid = r.classid AND n.objid = r.objid
+ AND n.objsubid = r.objsubid AND n.role = r.role
+WHERE r.role IS NULL OR n.role IS NULL;
+SET ROLE err_admin;
+CREATE EXTENSION rlock VERSION '1.1';
+GRANT EXECUTE ON FUNCTION rlock_status() TO err_reader;
+ALTER EXTENSION rlock UPDATE TO '1.2';
+GRANT SELECT ON rlock_stats TO err_reader WITH GRANT OPTION;
+GRANT EXECUTE ON FUNCTION rlock_stats() TO err_reader;
+ALTER EXTENSION rlock UPDATE TO '1.4';
+SELECT * FROM err_initacl_wrong ORDER BY 2, 3::text;
+-- (no records before PostgreSQL 17)
+SELECT count(*) > 0 OR current_setting('server_version_num')::int < 170000
+       AS admin_recorded
+FROM pg_shdepend WHERE deptype = 'i' AND refobjid = 'err_admin'::regrole;
+DROP EXTENSION rlock;
+CREATE EXTENSION rlock;
+SELECT * FROM err_initacl_wrong ORDER BY 2, 3::text;
+DROP EXTENSION rlock;
+RESET ROLE;
+DROP VIEW err_initacl_wrong;
+DROP ROLE err_reader, err_admin;
 CREATE EXTENSION rlock;
 SELECT extversion FROM pg_extension WHERE extname = 'rlock';
 SELECT count(*) AS init_privs_of_status_fresh FROM pg_init_privs
