@@ -53,6 +53,9 @@ my $acquire = qr/^EVALSHA $sha{acquire} /;
 my $postmaster = (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
 my $worker = RlockTest::worker_pid($node);
 my $watch = $node->background_psql('postgres');
+# it lives through the whole file, which may take longer than the
+# session timeout (180 s): time each query instead
+$watch->set_query_timer_restart;
 my $watch_pid = $watch->query_safe('SELECT pg_backend_pid()');
 
 sub rss_kb
