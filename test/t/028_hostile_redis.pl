@@ -222,6 +222,8 @@ my @resp3 = (
 		"|1\r\n+ttl\r\n:5\r\n*2\r\n:1\r\n:1\r\n", '|', 'an attribute' ],
 	[ 'a null', "_\r\n", '_', 'a null' ],
 	[ 'a map of count -1', "%-1\r\n", '%', 'a map' ],
+	[ 'a set of count -1', "~-1\r\n", '~', 'a set' ],
+	[ 'a push of count -1', ">-1\r\n", '>', 'a push' ],
 	[ 'a double inside the array', "*2\r\n:1\r\n,1.5\r\n", ',', 'a double' ],
 	[ 'a null inside the array', "*2\r\n:0\r\n_\r\n", '_', 'a null' ],
 	[ 'a set of 2^32 - 1 elements', "~4294967295\r\n", '~', 'a set' ],
