@@ -36,6 +36,7 @@ use warnings;
 
 use IO::Handle;
 use IO::Select;
+use Time::HiRes ();
 use IO::Socket::INET;
 use POSIX ();
 use Socket qw(AF_UNIX SOCK_STREAM PF_UNSPEC);
@@ -84,7 +85,16 @@ sub ask
 	my ($self, $line, $timeout) = @_;
 	print { $self->{ctl} } "$line\n";
 	my $sel = IO::Select->new($self->{ctl});
-	return undef unless $sel->can_read($timeout // 10);
+	my $deadline = Time::HiRes::time() + ($timeout // 10);
+	# (select ends early on a signal, SIGCHLD say: wait the rest)
+	for (;;)
+	{
+		my $left = $deadline - Time::HiRes::time();
+		return undef if $left <= 0;
+		$! = 0;
+		last if $sel->can_read($left);
+		return undef unless $!{EINTR};
+	}
 	my $answer = readline($self->{ctl});
 	chomp $answer if defined $answer;
 	return $answer;

@@ -65,7 +65,15 @@ sub _fill
 	while (length($self->{buf}) < $n)
 	{
 		my $left = $deadline - time;
-		return 0 if $left <= 0 || !$sel->can_read($left);
+		return 0 if $left <= 0;
+		# a signal (SIGCHLD when a server of the test is stopped with
+		# SIGSTOP) ends select early: only a real wait's end counts
+		$! = 0;
+		unless ($sel->can_read($left))
+		{
+			next if $!{EINTR};
+			return 0;
+		}
 		my $got = sysread($self->{sock}, $self->{buf}, 65536,
 			length($self->{buf}));
 		die "Redis closed the connection" unless $got;
