@@ -115,6 +115,23 @@ sub wait_until
 	return 0;
 }
 
+# Wait until $node answers a query again, after a crash restart: what
+# poll_query_until does, but a psql that exits before it reads its
+# query (the server still refusing) is one more try here, where the
+# write to its stdin failing with EPIPE would end the test script.
+sub wait_back
+{
+	my ($node, $seconds) = @_;
+	return wait_until(
+		sub {
+			my $out = eval {
+				$node->safe_psql('postgres', 'SELECT true', timeout => 10);
+			};
+			return defined $out && $out eq 't';
+		},
+		$seconds // 180);
+}
+
 # Wait until the TTL of $key goes up between two looks (leases only go
 # down unless renewed); returns whether it did within $seconds.
 sub wait_for_renewal

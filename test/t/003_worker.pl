@@ -85,7 +85,7 @@ my $s = $node->background_psql('postgres');
 $s->query_safe("SELECT rlock_session_try('wk:crash')");
 my $old_owner = $redis->owners('wk:crash')->[0];
 kill 'KILL', RlockTest::worker_pid($node);
-ok($node->poll_query_until('postgres', 'SELECT true'),
+ok(RlockTest::wait_back($node),
 	'the cluster comes back after the crash');
 eval { $s->quit };
 is_deeply($redis->owners('wk:crash'), [$old_owner],

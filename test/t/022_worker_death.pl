@@ -175,7 +175,7 @@ ok(RlockTest::wait_until(sub { $redis->cmd('EXISTS', 'wd:latecrash') == 1 }, 2),
 ok(RlockTest::expires_unrenewed($redis, [ 'wd:latecrash', 'wd:crash' ], 6),
 	'that late grant, like the lock held before the crash, is never renewed '
 	  . 'and expires with its lease');
-ok($node->poll_query_until('postgres', 'SELECT true'),
+ok(RlockTest::wait_back($node),
 	'the cluster is back');
 ok(RlockTest::wait_for_redis($node, 10), 'its new worker serves requests');
 is_deeply($redis->cmd('HKEYS', 'wd:busy'), [$foreign],

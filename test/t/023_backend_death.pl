@@ -78,7 +78,7 @@ ok( RlockTest::wait_for_renewal($redis, 'bd:kill:s', 5)
 	'the locks with the watchdog are renewed while their holders live');
 
 kill 'KILL', $kpid;
-ok($node->poll_query_until('postgres', 'SELECT true'),
+ok(RlockTest::wait_back($node),
 	'the cluster restarts after a backend was killed');
 ok( RlockTest::wait_for_new_worker($node, $worker),
 	'and a new worker');
