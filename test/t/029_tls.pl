@@ -171,7 +171,7 @@ refused('plain TCP against the TLS port',
 
 reconf(port => $redis->port, tls => 'verify-full');
 # Redis 7.0 waits for the end of a line that the ClientHello never
-# sends, so the handshake times out; Redis 8 answers it and closes, which
+# sends, so the handshake times out; Redis 8 answers it at once, which
 # OpenSSL reads as not TLS
 refused('TLS against the plain port',
 	qr/timed out during the TLS handshake \(does the server speak TLS on this port\?\)|the server does not speak TLS on this port \(wrong version number\)/
