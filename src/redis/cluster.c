@@ -188,6 +188,21 @@ cluster_add_primary(RlockClusterMap *map, const RlockReply *endpoint,
 }
 
 /*
+ * Whether a node of CLUSTER SHARDS is up.  A primary that failed stays
+ * in its shard as a primary until it comes back as a replica: Redis 8
+ * lists it beside the replica promoted in its place (health "fail"),
+ * 7.0 did not; either way a replica takes over its slots.
+ */
+static bool
+cluster_node_healthy(const RlockReply *node)
+{
+	const RlockReply *health = cluster_field(node, "health");
+
+	return !cluster_is_text(health) || strcmp(health->str, "online") == 0 ||
+		strcmp(health->str, "loading") == 0;
+}
+
+/*
  * Give slots start..end to primary "owner"; false (with the reason) if
  * the range is not one, or one of them was given already.
  */
@@ -277,11 +292,12 @@ rlock_cluster_map_from_shards(const RlockReply *reply, bool tls,
 				return false;
 			}
 			role = cluster_field(node, "role");
-			if (cluster_is_text(role) && strcmp(role->str, "master") == 0)
+			if (cluster_is_text(role) && strcmp(role->str, "master") == 0 &&
+				cluster_node_healthy(node))
 			{
 				if (primary != NULL)
 				{
-					snprintf(error, errlen, "a shard with two primaries");
+					strlcpy(error, RLOCK_CLUSTER_SHARD_TWO_PRIMARIES, errlen);
 					return false;
 				}
 				primary = node;
@@ -289,13 +305,6 @@ rlock_cluster_map_from_shards(const RlockReply *reply, bool tls,
 		}
 		if (primary == NULL)
 			continue;			/* its slots are not served */
-		{
-			const RlockReply *health = cluster_field(primary, "health");
-
-			if (cluster_is_text(health) && strcmp(health->str, "online") != 0 &&
-				strcmp(health->str, "loading") != 0)
-				continue;		/* failed: a replica will take over */
-		}
 		owner = cluster_add_primary(map, cluster_field(primary, "endpoint"),
 									cluster_port(cluster_field(primary,
 															   tls ? "tls-port" : "port")),

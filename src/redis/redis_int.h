@@ -305,6 +305,8 @@ typedef struct RlockClusterMap
 	int16		owner[RLOCK_CLUSTER_SLOTS];	/* index in node[], -1: none */
 } RlockClusterMap;
 
+/* The refusal of a CLUSTER SHARDS reply that CLUSTER SLOTS can settle */
+#define RLOCK_CLUSTER_SHARD_TWO_PRIMARIES	"a shard with two primaries up"
 extern bool rlock_cluster_map_from_shards(const RlockReply *reply, bool tls,
 										  const char *seed_host,
 										  RlockClusterMap *map, char *error,

@@ -103,6 +103,7 @@ static int	nseeds = 0;
 static int	seed_next = 0;		/* next address to try: seeds, then
 								 * primaries */
 static bool use_slots = false;	/* the server knows no CLUSTER SHARDS */
+static bool slots_once = false;	/* the last SHARDS could not be read */
 static bool sharded_known = false;	/* PUBSUB SHARDNUMSUB was answered */
 static bool sharded_ok = false; /* ... and not refused */
 static bool refresh_inflight = false;
@@ -466,6 +467,21 @@ router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	else
 		ok = rlock_cluster_map_from_slots(reply, conn->server->host, map,
 										  error, sizeof(error));
+	if (!ok && rc->shards &&
+		strcmp(error, RLOCK_CLUSTER_SHARD_TWO_PRIMARIES) == 0)
+	{
+		/*
+		 * A node that was a replica and now serves slots of its own may
+		 * keep its old shard's id (seen with Redis 8): CLUSTER SHARDS then
+		 * lists two primaries up for one set of slots, and only CLUSTER
+		 * SLOTS says which serves which.  Asked at once, that time.
+		 */
+		pfree(rc);
+		slots_once = true;
+		rlock_router_refresh_soon();
+		refreshed_at = 0;
+		return;
+	}
 	pfree(rc);
 	if (ok && router_serving(map) > max_safe_fds / 3 - 1)
 	{
@@ -502,13 +518,15 @@ router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 static void
 router_send_refresh(TimestampTz now)
 {
+	bool		slots = use_slots || slots_once;
 	RouterCmd  *rc = router_send_own(topo, router_refresh_reply,
 									 RLOCK_SHAPE_ARRAY, "CLUSTER",
-									 use_slots ? "SLOTS" : "SHARDS");
+									 slots ? "SLOTS" : "SHARDS");
 
 	if (rc == NULL)
 		return;
-	rc->shards = !use_slots;
+	slots_once = false;
+	rc->shards = !slots;
 	refresh_inflight = true;
 	refreshed_at = now;
 	refresh_due = TimestampTzPlusMilliseconds(now, RLOCK_REFRESH_MS);
