@@ -444,26 +444,21 @@ reader_create_bool(const redisReadTask *task, int value)
 	return reader_refuse_resp3(task);
 }
 
+#endif
+
 /* hiredis 1.x hands a bare type number as the value of a type whose
  * callback is missing: every callback is given */
 static redisReplyObjectFunctions reader_functions = {
 	.createString = reader_create_string,
 	.createArray = reader_create_array,
 	.createInteger = reader_create_integer,
+	.createNil = reader_create_nil,
+#ifdef RLOCK_HIREDIS_RESP3
 	.createDouble = reader_create_double,
-	.createNil = reader_create_nil,
 	.createBool = reader_create_bool,
-	.freeObject = reader_free_object
-};
-#else
-static redisReplyObjectFunctions reader_functions = {
-	.createString = reader_create_string,
-	.createArray = reader_create_array,
-	.createInteger = reader_create_integer,
-	.createNil = reader_create_nil,
-	.freeObject = reader_free_object
-};
 #endif
+	.freeObject = reader_free_object
+};
 
 /*
  * A reader whose replies are allocated in a context of its own under

@@ -18,6 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 use RlockTest;
+use RlockTest::Recorder;
 use RlockTest::Redis;
 use RlockTest::Relay;
 
@@ -34,30 +35,6 @@ use Time::HiRes ();
 use parent -norequire, 'RlockTest::Relay';
 
 sub _bulk { return '$' . length($_[0]) . "\r\n$_[0]\r\n" }
-
-# The commands complete at the start of $$buf, removed from it
-sub _commands
-{
-	my ($buf) = @_;
-	my @cmds;
-	while ($$buf =~ /^\*(\d+)\r\n/)
-	{
-		my ($n, $at) = ($1, length("*$1\r\n"));
-		my @args;
-		for (1 .. $n)
-		{
-			return @cmds unless substr($$buf, $at) =~ /^\$(\d+)\r\n/;
-			my $len = $1;
-			$at += length("\$$len\r\n");
-			return @cmds if length($$buf) < $at + $len + 2;
-			push @args, substr($$buf, $at, $len);
-			$at += $len + 2;
-		}
-		substr($$buf, 0, $at) = '';
-		push @cmds, \@args;
-	}
-	return @cmds;
-}
 
 # One entry of SENTINEL SENTINELS, as Redis 7.0 writes it
 sub _peer
@@ -128,7 +105,7 @@ sub _serve
 				close $s;
 				next;
 			}
-			for my $cmd (_commands(\$c->{in}))
+			for my $cmd (RlockTest::Recorder::parse_commands(\$c->{in}))
 			{
 				my ($name, $sub) = map { uc($_ // '') } @$cmd[ 0, 1 ];
 				my $out = "+OK\r\n";

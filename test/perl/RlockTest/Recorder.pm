@@ -164,8 +164,8 @@ sub _owner
 sub _bulk { return '$' . length($_[0]) . "\r\n$_[0]\r\n" }
 
 # The commands complete at the start of $$buf (arrays of bulk strings),
-# removed from it.
-sub _commands
+# removed from it; the stand-in servers of the tests use it too.
+sub parse_commands
 {
 	my ($buf) = @_;
 	my @cmds;
@@ -292,7 +292,7 @@ sub _serve
 			$c->{in} .= $buf;
 			$c->{in} = '' if length $c->{in} > $KEEP;    # not RESP
 			syswrite($s, _sentinel_answer($primary, @$_))
-			  for _commands(\$c->{in});
+			  for parse_commands(\$c->{in});
 		}
 	}
 }
