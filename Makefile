@@ -105,7 +105,15 @@ $(FUZZ_OUT)/fuzz_reply: test/fuzz/fuzz_reply.c test/fuzz/shims.c \
 		src/redis/redis.h
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) \
-		$(shell $(PG_CONFIG) --pkglibdir)/libpgport.a -lhiredis
+		$(PGPORT_LIB) -lhiredis
+
+# PostgreSQL's port library, which the fuzzing target and the unit
+# programs link: its position-independent build (a plain libpgport.a may
+# not be, and these programs are PIE), which Debian keeps in pkglibdir
+# and a plain install in libdir
+PGPORT_LIB = $(firstword $(wildcard \
+	$(shell $(PG_CONFIG) --pkglibdir)/libpgport_shlib.a \
+	$(shell $(PG_CONFIG) --libdir)/libpgport_shlib.a) libpgport_shlib.a)
 
 # Small programs that run one piece of rlock's C code outside PostgreSQL,
 # for the TAP tests that compare it with Redis (test/unit)
@@ -121,7 +129,7 @@ $(UNIT_OUT)/keyslot: src/shared/slots.c
 $(UNIT_OUT)/%: test/unit/%.c $(wildcard src/*/*.h)
 	@mkdir -p $(@D)
 	clang $(UNIT_CFLAGS) -o $@ $(filter %.c,$^) \
-		$(shell $(PG_CONFIG) --pkglibdir)/libpgport.a -lhiredis
+		$(PGPORT_LIB) -lhiredis
 
 fuzz: $(FUZZ_OUT)/fuzz_reply
 	rm -rf $(FUZZ_OUT)/corpus $(FUZZ_OUT)/crashes
