@@ -30,26 +30,12 @@ use RlockTest::Recorder;
 plan skip_all => 'the relay reads the plain protocol: the plain round runs this'
   if RlockTest::TLS::everywhere();
 
-my $redis = RlockTest::Redis->start(
-	port => RlockTest::Cluster->free_port_pair,
-	tls => 0,
-	args => [ '--cluster-enabled', 'yes',
-		'--cluster-config-file', PostgreSQL::Test::Utils::tempdir() . '/nodes.conf' ]);
-is($redis->cmd('CLUSTER', 'ADDSLOTSRANGE', 0, 16383), 'OK', 'one node serves every slot');
-ok(RlockTest::wait_until(sub { ($redis->cmd('CLUSTER', 'INFO') // '') =~ /^cluster_state:ok/m }, 10),
-	'the one-node cluster is up');
+my ($redis, $hostile) = RlockTest::Hostile->cluster_of_one;
 my $id = $redis->cmd('CLUSTER', 'MYID');
-my $hostile = RlockTest::Hostile->start($redis->port);
 my $relay = $hostile->port;
 
 # RESP of a Perl value: array refs are arrays, \N integers, strings bulk
-sub resp
-{
-	my ($v) = @_;
-	return "*" . scalar(@$v) . "\r\n" . join('', map { resp($_) } @$v) if ref $v eq 'ARRAY';
-	return ":$$v\r\n" if ref $v eq 'SCALAR';
-	return '$' . length($v) . "\r\n$v\r\n";
-}
+sub resp { return RlockTest::Resp::encode(@_) }
 
 # CLUSTER SHARDS naming the relay as the node of every slot
 sub shards_via_relay

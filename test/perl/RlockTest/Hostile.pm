@@ -58,8 +58,32 @@ use IO::Select;
 use IO::Socket::INET;
 use POSIX ();
 use Socket qw(IPPROTO_TCP TCP_NODELAY);
+use PostgreSQL::Test::Utils ();
+use Test::More ();
+use RlockTest::Cluster ();
 use RlockTest::Relay;
 use parent -norequire, 'RlockTest::Relay';
+
+# A Redis Cluster of one real node serving every slot (plain TCP), and a
+# relay in front of it on $opt{ports} ports (default 1): returns both.  A
+# map the relay tells can name each port a primary of its own, all of them
+# that one node.
+sub cluster_of_one
+{
+	my ($class, %opt) = @_;
+	my $redis = RlockTest::Redis->start(
+		port => RlockTest::Cluster->free_port_pair,
+		tls => 0,
+		args => [ '--cluster-enabled', 'yes',
+			'--cluster-config-file', PostgreSQL::Test::Utils::tempdir() . '/nodes.conf' ]);
+	Test::More::is($redis->cmd('CLUSTER', 'ADDSLOTSRANGE', 0, 16383), 'OK',
+		'one node serves every slot');
+	Test::More::ok(
+		RlockTest::wait_until(
+			sub { ($redis->cmd('CLUSTER', 'INFO') // '') =~ /^cluster_state:ok/m }, 10),
+		'the one-node cluster is up');
+	return ($redis, $class->start($redis->port, ports => $opt{ports} // 1));
+}
 
 # Send a control line, return the relay's one-line answer.
 sub _ask

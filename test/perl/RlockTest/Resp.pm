@@ -125,6 +125,18 @@ sub read_reply
 	die "unexpected reply line: $line\n";
 }
 
+# RESP of a Perl value, for the replies a test makes a relay tell: array
+# refs are arrays, \N integers, undef a null, anything else a bulk string.
+sub encode
+{
+	my ($v) = @_;
+	return "\$-1\r\n" unless defined $v;
+	return '*' . scalar(@$v) . "\r\n" . join('', map { encode($_) } @$v)
+	  if ref $v eq 'ARRAY';
+	return ":$$v\r\n" if ref $v eq 'SCALAR';
+	return '$' . length($v) . "\r\n$v\r\n";
+}
+
 # Every reply that arrives until none has for $quiet seconds (for a
 # MONITOR connection: one line per command Redis ran).
 sub drain
