@@ -299,9 +299,15 @@ rlock_local_prune(void)
 	dlist_foreach_modify(iter, &idle_holds)
 	{
 		LocalHold  *lh = dlist_container(LocalHold, idle_node, iter.cur);
+		RlockHold	h;
 
-		if (lh->hold < 0 || !rlock_hold_is_current(lh->hold, lh->generation))
-			rlock_local_remove(lh);
+		if (lh->hold >= 0)
+		{
+			rlock_hold_read(lh->hold, &h);
+			if (rlock_hold_is_current(&h, lh->generation))
+				continue;
+		}
+		rlock_local_remove(lh);
 	}
 }
 
@@ -627,23 +633,26 @@ rlock_local_take_note(LocalHold *lh, bool warn_session, bool warn_xact)
 
 /*
  * Send a request about an entry of this session (or about all of them,
- * lh NULL) and wait for the answer.
+ * lh NULL) and wait for the answer.  Every request is of the plain kind
+ * but an acquire, which says its kind.
  */
 static RlockStatus
-rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
+rlock_hold_request(RlockOp op, RlockKind kind, LocalHold *lh, bool session,
 				   TimestampTz wait_until, int64 lease_ms,
 				   bool use_lock_timeout, bool want_token, int64 *value)
 {
 	RlockRequest req;
 
 	memset(&req, 0, sizeof(req));
-	req.op = op;
-	req.session = session;
-	req.hold = lh ? lh->hold : -1;
-	req.hold_generation = lh ? lh->generation : 0;
-	req.wait_until = wait_until;
-	req.lease_ms = lease_ms;
-	req.want_token = want_token;
+	req.args.op = op;
+	req.args.kind = (uint8) kind;
+	req.args.mode = 0;
+	req.args.session = session;
+	req.args.hold = lh ? lh->hold : -1;
+	req.args.hold_generation = lh ? lh->generation : 0;
+	req.args.wait_until = wait_until;
+	req.args.lease_ms = lease_ms;
+	req.args.want_token = want_token;
 	req.use_lock_timeout = use_lock_timeout;
 	return rlock_request(&req, value);
 }
@@ -690,9 +699,9 @@ rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 	{
 		rlock_local_pin(lh, kind, key, keylen);
 		rlock_local_reserve(lh);
-		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session, wait_until,
-									lease_ms, use_lock_timeout, want_token,
-									&value);
+		status = rlock_hold_request(RLOCK_OP_ACQUIRE, kind, lh, session,
+									wait_until, lease_ms, use_lock_timeout,
+									want_token, &value);
 	}
 	PG_CATCH();
 	{
@@ -789,9 +798,9 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 	rlock_count(RLOCK_STAT_RELEASED, 1);
 	PG_TRY();
 	{
-		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, session,
-									GetCurrentTimestamp(), 0, false, false,
-									&value);
+		status = rlock_hold_request(RLOCK_OP_RELEASE, RLOCK_KIND_PLAIN, lh,
+									session, GetCurrentTimestamp(), 0, false,
+									false, &value);
 	}
 	PG_CATCH();
 	{
@@ -848,9 +857,9 @@ rlock_release_session_all(RlockStatus *status)
 	}
 
 	if (total > 0)
-		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL, true,
-									 GetCurrentTimestamp(), 0, false, false,
-									 &value);
+		*status = rlock_hold_request(RLOCK_OP_BARRIER, RLOCK_KIND_PLAIN,
+									 NULL, true, GetCurrentTimestamp(), 0,
+									 false, false, &value);
 	return total;
 }
 
@@ -917,17 +926,14 @@ rlock_xact_holds_vouched(void)
 	dlist_foreach(iter, &xact_holds)
 	{
 		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
-		RlockHold  *h = rlock_hold(lh->hold);
-		bool		vouched;
+		RlockHold	h;
 
-		SpinLockAcquire(&h->mutex);
+		rlock_hold_read(lh->hold, &h);
 		/* a release queued or on the wire may still shorten the lease */
-		vouched = h->in_use && h->generation == lh->generation &&
-			!h->lost && !h->resync && !h->acquiring && !h->queued &&
-			h->to_release == 0 && h->unacked == 0 && h->count > 0 &&
-			h->epoch == epoch && h->expires_at > enough;
-		SpinLockRelease(&h->mutex);
-		if (!vouched)
+		if (!rlock_hold_is_current(&h, lh->generation) ||
+			h.lost || h.resync || h.acquiring || h.queued ||
+			h.to_release != 0 || h.unacked != 0 || h.count <= 0 ||
+			h.epoch != epoch || h.expires_at <= enough)
 			return false;
 	}
 	return true;
@@ -980,9 +986,9 @@ rlock_verify_before_commit(void)
 		 (rlock_verify_at_commit == RLOCK_VERIFY_LEASE &&
 		  !rlock_xact_holds_vouched())))
 	{
-		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL, false,
-									GetCurrentTimestamp(), rlock_verify_margin,
-									false, false, &lost);
+		status = rlock_hold_request(RLOCK_OP_VERIFY, RLOCK_KIND_PLAIN, NULL,
+									false, GetCurrentTimestamp(),
+									rlock_verify_margin, false, false, &lost);
 		rlock_report_status(status, NULL, 0);
 	}
 

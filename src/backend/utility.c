@@ -47,12 +47,11 @@ rlock_holds_held(void)
 
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
+		RlockHold	h;
 
-		SpinLockAcquire(&h->mutex);
-		if (h->in_use && h->nsession + h->nxact > 0)
+		rlock_hold_read(i, &h);
+		if (h.in_use && h.nsession + h.nxact > 0)
 			n++;
-		SpinLockRelease(&h->mutex);
 	}
 	return n;
 }

@@ -343,16 +343,13 @@ worker_may_stop(TimestampTz now)
 		return true;
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
-		bool		busy;
+		RlockHold	h;
 
-		SpinLockAcquire(&h->mutex);
-		busy = h->in_use &&
-			((h->pinned && now < stop_pins_by) ||
-			 h->to_release > 0 || h->unacked > 0 || h->queued ||
-			 h->acquiring || (h->resync && connected));
-		SpinLockRelease(&h->mutex);
-		if (busy)
+		rlock_hold_read(i, &h);
+		if (h.in_use &&
+			((h.pinned && now < stop_pins_by) ||
+			 h.to_release > 0 || h.unacked > 0 || h.queued ||
+			 h.acquiring || (h.resync && connected)))
 			return false;
 	}
 	return true;
@@ -419,6 +416,7 @@ worker_init(void)
 	old = MemoryContextSwitchTo(rlock_worker_context);
 	args_builder = rlock_args_create(rlock_worker_context);
 	worker_requests_init(rlock_shared->nslots);
+	worker_sync_init(rlock_shared->nholds);
 	worker_releases_init(rlock_shared->nholds);
 
 	/* in case a previous worker died without its exit callback */
