@@ -232,16 +232,16 @@ worker_forget(WorkerReq *req)
 	/*
 	 * A request woken, or handed the lock, that ends without it passes the
 	 * wake-up on: the lock may be free, and its unlock message was spent.
+	 * The worker's loop does that once this event is handled.
 	 */
-	if (!rlock_waiters_leave(worker_slot_of(req), req->woken || req->handed,
-							 req->handed ? rlock_hold(req->args.hold)->key : NULL,
-							 req->handed ? rlock_hold(req->args.hold)->keylen : 0))
+	if (req->woken || req->handed)
 	{
-		/* no one took its wake-up: tries on the wire must not sleep */
 		RlockHold  *h = rlock_hold(req->args.hold);
 
-		worker_note_release(h->key, h->keylen);
+		Assert(req->args.op == RLOCK_OP_ACQUIRE);
+		rlock_waiters_pass_on(h->key, h->keylen, req->handed);
 	}
+	rlock_waiters_leave(worker_slot_of(req));
 	req->woken = false;
 	req->handed = false;
 	if (req->key != NULL)

@@ -11,6 +11,9 @@
  *	3. fires due timers: releases Redis refused to send again, waits that
  *	   ran out, TTL-bounded retries, requests that found no connection in
  *	   time;
+ *	   after each of these events (and after each reply), it passes on the
+ *	   wake-ups that requests ending in it gave up (waiters.c), so that a
+ *	   request's completion never retries another request from within;
  *	4. sends the pending requests and, when due, the watchdog renewals;
  *	5. flushes: everything queued in this pass goes out in one write per
  *	   connection;
@@ -214,6 +217,8 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 	}
 	worker_cmd_free(wc);
+	/* what a request that ended with this reply passed on */
+	rlock_waiters_drain();
 }
 
 /*---- connection events ----*/
@@ -299,6 +304,8 @@ worker_drain_ring(void)
 			worker_sync_hold(item);
 		else
 			worker_take_slot(-1 - item);
+		/* what a request given up passed on */
+		rlock_waiters_drain();
 	}
 }
 
@@ -327,6 +334,7 @@ worker_begin_stop(TimestampTz now)
 										  Max(rlock_command_timeout,
 											  RLOCK_STOP_PINS_MS));
 	worker_requests_stop();
+	rlock_waiters_drain();
 }
 
 /*
@@ -479,6 +487,7 @@ rlock_worker_main(Datum main_arg)
 		worker_drain_ring();
 		worker_releases_tick(now);
 		worker_fire_timers(now);
+		rlock_waiters_drain();
 		worker_send_pending();
 		worker_sync_flush();
 		rlock_renew_tick(now);

@@ -233,8 +233,9 @@ extern void rlock_registry_reply(RlockConn *conn, WorkerCmd *wc,
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);
 extern void rlock_waiters_join(int slot, const char *key, int keylen);
-extern bool rlock_waiters_leave(int slot, bool pass_wake, const char *key,
-								int keylen);
+extern void rlock_waiters_leave(int slot);
+extern void rlock_waiters_pass_on(const char *key, int keylen, bool handed);
+extern void rlock_waiters_drain(void);
 extern uint64 rlock_waiters_wakes(int slot);
 extern TimestampTz rlock_waiters_line(const char *key, int keylen);
 extern void rlock_waiters_busy_until(int slot, const char *key, int keylen,
