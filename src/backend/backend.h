@@ -45,7 +45,7 @@ extern TimestampTz rlock_arg_deadline(int64 us);
 extern void rlock_utility_init(void);
 extern bool rlock_in_routine(void);
 
-/* holds.c: the backend's holds and the transaction callbacks */
+/* holds.c: the backend's holds */
 extern RlockStatus rlock_acquire(RlockKind kind, const char *key, int keylen,
 								 bool session, TimestampTz wait_until,
 								 int64 lease_ms, bool use_lock_timeout,
@@ -55,6 +55,8 @@ extern RlockStatus rlock_release_one(const char *key, int keylen,
 extern int	rlock_release_session_all(RlockStatus *status);
 extern int	rlock_held_count(const char *key, int keylen);
 extern int64 rlock_held_token(const char *key, int keylen);
+
+/* xact.c: the transaction's end */
 extern void rlock_xact_callback_first(void);
 
 /* request.c: the backend side of the request path */

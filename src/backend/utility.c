@@ -13,7 +13,7 @@
  * At the end of every statement (ExecutorEnd for queries, also those run
  * by functions and triggers; ProcessUtility for the others) the check
  * before commit is moved ahead of the pre-commit work of modules that
- * registered since (holds.c, rlock_xact_callback_first).
+ * registered since (xact.c, rlock_xact_callback_first).
  *
  * Copyright (c) 2026, rlock developers
  *

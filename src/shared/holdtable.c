@@ -58,7 +58,7 @@ hold_check(const RlockHold *h)
 /*
  * Redis confirmed that an entry's holds last until "expires".  Only a
  * confirmation on the current command connection lets a commit do without
- * asking again (backend/holds.c).  The caller holds the entry's mutex.
+ * asking again (backend/xact.c).  The caller holds the entry's mutex.
  */
 static inline void
 hold_confirm(RlockHold *h, TimestampTz expires)

@@ -150,7 +150,7 @@ worker_set_state(WorkerReq *req, ReqState state)
  * fails: rlock.command_timeout to be answered, rlock.connect_timeout to
  * find a connection again.  0 while nothing went unanswered.
  */
-TimestampTz
+static TimestampTz
 worker_unanswered_deadline(WorkerReq *req)
 {
 	if (req->unanswered_since == 0)

@@ -133,7 +133,6 @@ extern WorkerReq *worker_req(int slot);
 extern int	worker_slot_of(WorkerReq *req);
 extern void worker_set_state(WorkerReq *req, ReqState state);
 extern void worker_timer_set(WorkerReq *req, TimestampTz at);
-extern TimestampTz worker_unanswered_deadline(WorkerReq *req);
 extern void worker_make_pending(WorkerReq *req);
 extern void worker_note_answered(WorkerReq *req);
 extern void worker_note_unanswered(WorkerReq *req, WorkerCmd *wc);
