@@ -557,7 +557,7 @@ rlock_waiters_hand_off(const char *key, int keylen)
 	/*
 	 * The release's own unlock message is let pass as an echo: the woken
 	 * waiter's try follows the release on the same connection, or, synced
-	 * on the sync connection, waits for the release's answer (requests.c).
+	 * on the sync connection, waits for the release's answer (send.c).
 	 */
 	if (g->state != SUB_SUBSCRIBED)
 		return RLOCK_HANDED_OFF;
