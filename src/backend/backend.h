@@ -45,7 +45,7 @@ extern TimestampTz rlock_arg_deadline(int64 us);
 extern void rlock_utility_init(void);
 extern bool rlock_in_routine(void);
 
-/* holds.c: the backend's holds and the transaction callbacks */
+/* holds.c: the backend's holds */
 extern RlockStatus rlock_acquire(RlockKind kind, const char *key, int keylen,
 								 bool session, TimestampTz wait_until,
 								 int64 lease_ms, bool use_lock_timeout,
@@ -55,23 +55,22 @@ extern RlockStatus rlock_release_one(const char *key, int keylen,
 extern int	rlock_release_session_all(RlockStatus *status);
 extern int	rlock_held_count(const char *key, int keylen);
 extern int64 rlock_held_token(const char *key, int keylen);
+
+/* xact.c: the transaction's end */
 extern void rlock_xact_callback_first(void);
 
 /* request.c: the backend side of the request path */
 extern uint64 rlock_my_owner_id(void);
 
-/* A request as a backend makes it (see RlockSlot for the fields) */
+/*
+ * A request as a backend makes it: the arguments it puts in its slot
+ * (args.owner_id is filled in by rlock_request), and the key of a request
+ * about a key (EXISTS, PTTL, FORCE, HOLDER), args.keylen bytes long.
+ */
 typedef struct RlockRequest
 {
-	RlockOp		op;
-	int			hold;			/* -1 if none */
-	uint32		hold_generation;
-	const char *key;			/* EXISTS, PTTL */
-	int			keylen;
-	TimestampTz wait_until;
-	int64		lease_ms;
-	bool		want_token;
-	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	RlockRequestArgs args;
+	const char *key;
 	bool		use_lock_timeout;	/* lock_timeout applies to the wait */
 } RlockRequest;
 

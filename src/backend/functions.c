@@ -272,11 +272,13 @@ rlock_query(RlockOp op, RlockKey *key, int64 *value)
 	RlockRequest req;
 
 	memset(&req, 0, sizeof(req));
-	req.op = op;
-	req.hold = -1;
+	req.args.op = op;
+	req.args.kind = RLOCK_KIND_PLAIN;
+	req.args.mode = 0;
+	req.args.hold = -1;
+	req.args.keylen = key->len;
+	req.args.wait_until = GetCurrentTimestamp();
 	req.key = key->redis;
-	req.keylen = key->len;
-	req.wait_until = GetCurrentTimestamp();
 	return rlock_request(&req, value);
 }
 
@@ -379,12 +381,11 @@ rlock_local_owner_pid(uint64 owner_id)
 
 	for (i = 0; i < rlock_shared->nholds && pid == 0; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
+		RlockHold	h;
 
-		SpinLockAcquire(&h->mutex);
-		if (h->in_use && h->owner_id == owner_id)
-			pid = h->pid;
-		SpinLockRelease(&h->mutex);
+		rlock_hold_read(i, &h);
+		if (h.in_use && h.owner_id == owner_id)
+			pid = h.pid;
 	}
 	return pid;
 }

@@ -1,23 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * holds.c
- *		The backend's own view of its holds, and the transaction,
- *		subtransaction and exit callbacks that release them.
+ *		The backend's own view of its holds: one local entry per key this
+ *		session holds or waits for, taking, giving back and losing holds.
  *
  * Every key this session holds or waits for has a local entry here, tied to
  * one entry of the shared hold table.  The local entry keeps the holds as a
  * stack of runs: consecutive holds of one scope, taken in one
- * subtransaction with one lease.  That is enough to mirror advisory locks:
- *
- * - transaction-scoped holds end at COMMIT (after the commit is visible:
- *   XACT_EVENT_COMMIT runs after ProcArrayEndTransaction) and at ABORT;
- * - ROLLBACK TO SAVEPOINT, and an exception caught in PL/pgSQL, end the
- *   holds taken inside the subtransaction; RELEASE SAVEPOINT hands them to
- *   the parent;
- * - session-scoped holds survive ROLLBACK and end when released or when the
- *   session exits;
- * - PREPARE TRANSACTION is refused while transaction-scoped holds exist, as
- *   a prepared transaction outlives the session that owns the Redis hold.
+ * subtransaction with one lease.  That is enough to mirror advisory locks
+ * (xact.c ends them with the transaction, a subtransaction or, for
+ * session-scoped ones, the session).  The local entries, their keys and
+ * runs live in the "rlock session" memory context.
  *
  * Ending holds never waits and never raises: the count is queued on the
  * shared entry (rlock_queue_release) and the worker sends one release for
@@ -29,14 +22,7 @@
  * the session takes note the next time it touches the key, or before
  * committing.  The holds are then dropped: a lost session-scoped hold is
  * reported with a warning, a lost transaction-scoped hold makes the commit
- * (or PREPARE) fail with a serialization failure (rlock.verify_at_commit),
- * as the work it protected may have run without the lock, unless the
- * subtransaction it was taken in rolls back.  Before committing a
- * transaction that holds transaction-scoped locks, the session asks the
- * worker to check all of its holds in one round trip and to extend leases
- * shorter than rlock.verify_margin.  The callbacks are registered on first
- * use and return at once while the session holds nothing in transaction
- * scope.
+ * (or PREPARE) fail (xact.c).
  *
  * A local entry whose holds are gone stays in the table, unpinned, until
  * the worker has freed the shared entry; taking the key again in between
@@ -53,75 +39,24 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "lib/ilist.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
-#include "storage/proc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "backend/backend.h"
-#include "compat.h"
+#include "backend/backend_int.h"
 
-/*
- * Consecutive holds alike in scope, subtransaction and lease.  A hold taken
- * with a fencing token gets a run of its own.
- */
-typedef struct HoldRun
-{
-	bool		session;
-	SubTransactionId subid;		/* transaction scope: where it was taken */
-	int64		lease_ms;		/* 0 = the watchdog */
-	int64		token;			/* fencing token, 0 if none was asked for */
-	int32		count;
-} HoldRun;
-
-typedef struct LocalHold
-{
-	RlockKeyRef key;			/* hash key; data lives in TopMemoryContext */
-	int			hold;			/* shared entry, -1 if none yet */
-	uint32		generation;		/* of the shared entry when we got it */
-	bool		pinned;
-	int32		session_count;
-	int32		xact_count;
-	TimestampTz acquired_at;	/* when the current holds began */
-	int			nruns;
-	int			maxruns;
-	HoldRun    *runs;
-	dlist_node	xact_node;		/* in xact_holds while xact_count > 0 */
-	dlist_node	idle_node;		/* in idle_holds while not pinned */
-} LocalHold;
-
+/* The session's holds, allocated on first use */
+MemoryContext rlock_session_context = NULL;
 static HTAB *local_holds = NULL;
-static dlist_head xact_holds = DLIST_STATIC_INIT(xact_holds);
+dlist_head	rlock_xact_holds = DLIST_STATIC_INIT(rlock_xact_holds);
 static dlist_head idle_holds = DLIST_STATIC_INIT(idle_holds);
 static int	nidle = 0;
-
-/*
- * A transaction-scoped hold of the current transaction was lost.  Of all
- * such losses, the one whose holds began in the outermost subtransaction:
- * if that one rolls back, so does all the work any lost hold protected;
- * if not, the transaction must not commit.  The key points into the local
- * entry, which stays until the transaction ends (entries are pruned only
- * then), so recording a loss needs no memory.
- */
-static const char *xact_lost_key = NULL;
-static int	xact_lost_keylen = 0;
-static SubTransactionId xact_lost_subid = InvalidSubTransactionId;
-
-/* The check before commit (or PREPARE) was made for this transaction end */
-static bool xact_checked = false;
 
 /* Idle entries beyond this many are checked at transaction end */
 #define RLOCK_IDLE_PRUNE	64
 
-static void rlock_warn_outside_block(LocalHold *lh);
-static void rlock_xact_callback(XactEvent event, void *arg);
-static void rlock_xact_callback_check(XactEvent event, void *arg);
-static void rlock_subxact_callback(SubXactEvent event,
-								   SubTransactionId mySubid,
-								   SubTransactionId parentSubid, void *arg);
 static void rlock_exit_callback(int code, Datum arg);
 
 /*
@@ -134,13 +69,24 @@ rlock_local_init(void)
 	if (local_holds != NULL)
 		return;
 
+	if (rlock_session_context == NULL)
+		rlock_session_context = AllocSetContextCreate(TopMemoryContext,
+													  "rlock session",
+													  ALLOCSET_DEFAULT_SIZES);
 	local_holds = rlock_keyref_table("rlock holds", sizeof(LocalHold),
-									 TopMemoryContext);
+									 rlock_session_context);
 
-	RegisterXactCallback(rlock_xact_callback, NULL);
-	RegisterXactCallback(rlock_xact_callback_check, NULL);
-	RegisterSubXactCallback(rlock_subxact_callback, NULL);
+	rlock_xact_register();
 	before_shmem_exit(rlock_exit_callback, (Datum) 0);
+}
+
+/*
+ * Has this session used rlock's holds yet?
+ */
+bool
+rlock_local_used(void)
+{
+	return local_holds != NULL;
 }
 
 static LocalHold *
@@ -173,7 +119,7 @@ rlock_local_enter(const char *key, int keylen)
 		return lh;
 
 	/* copy the key first, so that inserting cannot fail half-way */
-	copy = MemoryContextAlloc(TopMemoryContext, keylen + 1);
+	copy = MemoryContextAlloc(rlock_session_context, keylen + 1);
 	memcpy(copy, key, keylen);
 	copy[keylen] = '\0';
 	k.data = copy;
@@ -274,7 +220,7 @@ rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 /*
  * Unpin the shared entry once the key has no holds left and no request.
  */
-static void
+void
 rlock_local_unpin_if_unused(LocalHold *lh)
 {
 	if (!lh->pinned || lh->session_count > 0 || lh->xact_count > 0)
@@ -289,7 +235,7 @@ rlock_local_unpin_if_unused(LocalHold *lh)
  * Forget idle entries whose shared entry the worker has freed.  Called at
  * transaction end when many have piled up; cheap otherwise.
  */
-static void
+void
 rlock_local_prune(void)
 {
 	dlist_mutable_iter iter;
@@ -299,9 +245,15 @@ rlock_local_prune(void)
 	dlist_foreach_modify(iter, &idle_holds)
 	{
 		LocalHold  *lh = dlist_container(LocalHold, idle_node, iter.cur);
+		RlockHold	h;
 
-		if (lh->hold < 0 || !rlock_hold_is_current(lh->hold, lh->generation))
-			rlock_local_remove(lh);
+		if (lh->hold >= 0)
+		{
+			rlock_hold_read(lh->hold, &h);
+			if (rlock_hold_is_current(&h, lh->generation))
+				continue;
+		}
+		rlock_local_remove(lh);
 	}
 }
 
@@ -335,7 +287,7 @@ rlock_local_reserve(LocalHold *lh)
 		return;
 	newmax = Max(4, lh->maxruns * 2);
 	if (lh->runs == NULL)
-		lh->runs = MemoryContextAlloc(TopMemoryContext,
+		lh->runs = MemoryContextAlloc(rlock_session_context,
 									  newmax * sizeof(HoldRun));
 	else
 		lh->runs = repalloc(lh->runs, newmax * sizeof(HoldRun));
@@ -431,7 +383,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
 	else
 	{
 		if (lh->xact_count == 0)
-			dlist_push_tail(&xact_holds, &lh->xact_node);
+			dlist_push_tail(&rlock_xact_holds, &lh->xact_node);
 		lh->xact_count++;
 	}
 
@@ -447,7 +399,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
  * only holds taken in subtransaction "subid" count, unless subid is
  * InvalidSubTransactionId.  Returns how many were removed.
  */
-static int32
+int32
 rlock_local_remove_holds(LocalHold *lh, bool session, SubTransactionId subid,
 						 int32 max)
 {
@@ -510,7 +462,7 @@ rlock_local_queue(LocalHold *lh, int32 count)
  * Hand removed holds to the worker, and let the entry go if nothing is
  * left.  Never raises, never waits.
  */
-static void
+void
 rlock_local_give_back(LocalHold *lh, int32 count)
 {
 	if (count > 0)
@@ -538,21 +490,6 @@ rlock_local_outer_subid(LocalHold *lh)
 			subid = lh->runs[i].subid;
 	}
 	return subid;
-}
-
-/*
- * Remember that transaction-scoped holds on an entry, the outermost taken
- * in subtransaction "subid", were lost.  Only the outermost loss counts:
- * every other one rolls back with it.  Allocates nothing.
- */
-static void
-rlock_note_xact_loss(LocalHold *lh, SubTransactionId subid)
-{
-	if (xact_lost_key != NULL && xact_lost_subid <= subid)
-		return;
-	xact_lost_key = lh->key.data;
-	xact_lost_keylen = lh->key.len;
-	xact_lost_subid = subid;
 }
 
 /*
@@ -610,7 +547,7 @@ rlock_local_warn_lost(LocalHold *lh, int32 nxact, int32 nsession,
  * looked: drop the holds, hand their release to the worker (which brings
  * its count down), and warn about the scopes asked for.
  */
-static void
+void
 rlock_local_take_note(LocalHold *lh, bool warn_session, bool warn_xact)
 {
 	int32		nxact;
@@ -627,23 +564,26 @@ rlock_local_take_note(LocalHold *lh, bool warn_session, bool warn_xact)
 
 /*
  * Send a request about an entry of this session (or about all of them,
- * lh NULL) and wait for the answer.
+ * lh NULL) and wait for the answer.  Every request is of the plain kind
+ * but an acquire, which says its kind.
  */
-static RlockStatus
-rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
+RlockStatus
+rlock_hold_request(RlockOp op, RlockKind kind, LocalHold *lh, bool session,
 				   TimestampTz wait_until, int64 lease_ms,
 				   bool use_lock_timeout, bool want_token, int64 *value)
 {
 	RlockRequest req;
 
 	memset(&req, 0, sizeof(req));
-	req.op = op;
-	req.session = session;
-	req.hold = lh ? lh->hold : -1;
-	req.hold_generation = lh ? lh->generation : 0;
-	req.wait_until = wait_until;
-	req.lease_ms = lease_ms;
-	req.want_token = want_token;
+	req.args.op = op;
+	req.args.kind = (uint8) kind;
+	req.args.mode = 0;
+	req.args.session = session;
+	req.args.hold = lh ? lh->hold : -1;
+	req.args.hold_generation = lh ? lh->generation : 0;
+	req.args.wait_until = wait_until;
+	req.args.lease_ms = lease_ms;
+	req.args.want_token = want_token;
 	req.use_lock_timeout = use_lock_timeout;
 	return rlock_request(&req, value);
 }
@@ -690,9 +630,9 @@ rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 	{
 		rlock_local_pin(lh, kind, key, keylen);
 		rlock_local_reserve(lh);
-		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session, wait_until,
-									lease_ms, use_lock_timeout, want_token,
-									&value);
+		status = rlock_hold_request(RLOCK_OP_ACQUIRE, kind, lh, session,
+									wait_until, lease_ms, use_lock_timeout,
+									want_token, &value);
 	}
 	PG_CATCH();
 	{
@@ -789,9 +729,9 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 	rlock_count(RLOCK_STAT_RELEASED, 1);
 	PG_TRY();
 	{
-		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, session,
-									GetCurrentTimestamp(), 0, false, false,
-									&value);
+		status = rlock_hold_request(RLOCK_OP_RELEASE, RLOCK_KIND_PLAIN, lh,
+									session, GetCurrentTimestamp(), 0, false,
+									false, &value);
 	}
 	PG_CATCH();
 	{
@@ -848,9 +788,9 @@ rlock_release_session_all(RlockStatus *status)
 	}
 
 	if (total > 0)
-		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL, true,
-									 GetCurrentTimestamp(), 0, false, false,
-									 &value);
+		*status = rlock_hold_request(RLOCK_OP_BARRIER, RLOCK_KIND_PLAIN,
+									 NULL, true, GetCurrentTimestamp(), 0,
+									 false, false, &value);
 	return total;
 }
 
@@ -884,288 +824,6 @@ rlock_held_token(const char *key, int keylen)
 	rlock_local_take_note(lh, true, true);
 	rlock_local_unpin_if_unused(lh);
 	return rlock_local_token(lh);
-}
-
-/*
- * Does what Redis last said of every transaction-scoped hold vouch for it
- * at this commit?  It does if Redis confirmed the hold on the current
- * command connection (so no restart or failover came between, as far as
- * a connection that answered in the last second shows) with a lease that
- * ends more than rlock.verify_margin from now, nothing queued for it may
- * shorten that lease, and the worker has seen nothing wrong with it
- * since.  Asking Redis again could then only catch someone removing the
- * lock by hand.
- */
-static bool
-rlock_xact_holds_vouched(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz enough = TimestampTzPlusMilliseconds(now, rlock_verify_margin);
-	uint32		epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
-	TimestampTz reply_at;
-	dlist_iter	iter;
-
-	/*
-	 * A connection that died without a word (a host gone, a partition)
-	 * looks open until a command times out: trust it only while Redis
-	 * answers on it, within a second or rlock.command_timeout.
-	 */
-	reply_at = (TimestampTz) pg_atomic_read_u64(&rlock_shared->cmd_reply_at);
-	if (now - reply_at > (int64) Min(rlock_command_timeout, 1000) * 1000)
-		return false;
-
-	dlist_foreach(iter, &xact_holds)
-	{
-		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
-		RlockHold  *h = rlock_hold(lh->hold);
-		bool		vouched;
-
-		SpinLockAcquire(&h->mutex);
-		/* a release queued or on the wire may still shorten the lease */
-		vouched = h->in_use && h->generation == lh->generation &&
-			!h->lost && !h->resync && !h->acquiring && !h->queued &&
-			h->to_release == 0 && h->unacked == 0 && h->count > 0 &&
-			h->epoch == epoch && h->expires_at > enough;
-		SpinLockRelease(&h->mutex);
-		if (!vouched)
-			return false;
-	}
-	return true;
-}
-
-/*
- * A transaction-scoped lock taken by a statement that is its own
- * transaction (no BEGIN, not inside a CALL or DO, not one of several
- * statements sent together) is released as soon as that statement ends;
- * warn, as PostgreSQL does for SET LOCAL there.  Once per transaction:
- * a statement locking a key per row says it once.
- */
-static void
-rlock_warn_outside_block(LocalHold *lh)
-{
-	static LocalTransactionId warned_lxid = InvalidLocalTransactionId;
-	char	   *key;
-
-	if (IsTransactionBlock() || rlock_in_routine() ||
-		warned_lxid == rlock_local_xid())
-		return;
-	warned_lxid = rlock_local_xid();
-	key = rlock_sql_key(lh->key.data, lh->key.len, strlen(rlock_prefix()));
-	ereport(WARNING,
-			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
-			 errmsg("transaction-scoped lock \"%s\" taken outside a transaction block", key),
-			 errdetail("It is released when this statement ends."),
-			 errhint("Take it after BEGIN, or use the rlock_session_ functions for a lock that outlives the statement.")));
-	pfree(key);
-}
-
-/*
- * PRE_COMMIT, PRE_PREPARE: before a transaction that holds
- * transaction-scoped locks commits, check them all in one round trip
- * (extending short leases to rlock.verify_margin), and refuse the commit
- * if one was lost, now or earlier in the transaction.  With "lease"
- * rather than "on", the round trip is left out when Redis's last word on
- * every hold vouches for it.  Raising here is allowed: the transaction
- * aborts and its holds are released.
- */
-static void
-rlock_verify_before_commit(void)
-{
-	dlist_mutable_iter iter;
-	RlockStatus status;
-	int64		lost;
-
-	if (!dlist_is_empty(&xact_holds) &&
-		(rlock_verify_at_commit == RLOCK_VERIFY_ON ||
-		 (rlock_verify_at_commit == RLOCK_VERIFY_LEASE &&
-		  !rlock_xact_holds_vouched())))
-	{
-		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL, false,
-									GetCurrentTimestamp(), rlock_verify_margin,
-									false, false, &lost);
-		rlock_report_status(status, NULL, 0);
-	}
-
-	/*
-	 * Losses the worker found, by that check or before it: with the check
-	 * off, those it knows of without asking (a forced release from this
-	 * instance, a renewal or release that found a hold gone) still fail
-	 * the commit.
-	 */
-	dlist_foreach_modify(iter, &xact_holds)
-	{
-		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
-
-		/* the error below reports the transaction's loss */
-		rlock_local_take_note(lh, true, false);
-		rlock_local_unpin_if_unused(lh);
-	}
-	if (xact_lost_key != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("lock \"%s\" was lost before the transaction committed",
-						rlock_sql_key(xact_lost_key, xact_lost_keylen,
-									  strlen(rlock_prefix()))),
-				 errdetail("Its lease ran out, or it was removed from Redis, while the transaction held it."),
-				 errhint("Retry the transaction.  A lease longer than the work, or the watchdog (no lease), keeps the lock.")));
-}
-
-/*
- * Make the check before commit the first pre-commit work PostgreSQL does,
- * ahead of any other module's, which may not be undone: postgres_fdw
- * commits its remote transactions at XACT_EVENT_PRE_COMMIT, and a commit
- * that the check then failed would leave them committed.  PostgreSQL
- * calls the callback registered last first, and a module registers on its
- * first use in the session, which may come after rlock's: utility.c calls
- * this after every statement while the transaction has something the
- * check looks at, and so does every transaction-scoped acquisition (a
- * PL/pgSQL expression takes a lock with no statement end, which a
- * procedure's COMMIT may follow), and the check has a callback of its own
- * that moves to the front of the list.
- *
- * Moving it frees the old list item.  Should a statement end while
- * PostgreSQL walks the list (another module running SQL from its own
- * pre-commit callback), the walk may then pass the check by: the main
- * callback, which never moves, makes the check then if it was not made.
- */
-void
-rlock_xact_callback_first(void)
-{
-	if (local_holds == NULL ||
-		(dlist_is_empty(&xact_holds) && xact_lost_key == NULL))
-		return;
-	UnregisterXactCallback(rlock_xact_callback_check, NULL);
-	RegisterXactCallback(rlock_xact_callback_check, NULL);
-}
-
-/*
- * The transaction ended: forget its loss.
- */
-static void
-rlock_forget_xact_loss(void)
-{
-	xact_lost_key = NULL;
-	xact_lost_keylen = 0;
-	xact_lost_subid = InvalidSubTransactionId;
-}
-
-/*
- * End transaction-scoped holds: all of them, or those of one aborted
- * subtransaction.  Runs in COMMIT/ABORT callbacks: no errors, no waits.
- */
-static void
-rlock_end_xact_holds(SubTransactionId subid)
-{
-	dlist_mutable_iter iter;
-	bool		released = false;
-
-	dlist_foreach_modify(iter, &xact_holds)
-	{
-		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
-		int32		n;
-
-		n = rlock_local_remove_holds(lh, false, subid, 0);
-		if (n > 0)
-		{
-			rlock_local_give_back(lh, n);
-			released = true;
-		}
-	}
-	if (released)
-		rlock_wake_worker();
-}
-
-/*
- * The check before a commit or a PREPARE, once per transaction end.
- */
-static void
-rlock_check_before_end(XactEvent event)
-{
-	if (xact_checked)
-		return;
-	xact_checked = true;
-	if (event == XACT_EVENT_PRE_PREPARE && !dlist_is_empty(&xact_holds))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("cannot PREPARE a transaction that holds transaction-scoped rlocks"),
-				 errhint("Release them first, or take session-scoped locks with rlock_session_lock().")));
-	/* before a PREPARE: a lock released earlier may have been lost */
-	rlock_verify_before_commit();
-}
-
-/*
- * The callback that makes the check, kept first in PostgreSQL's list
- * (rlock_xact_callback_first).
- */
-static void
-rlock_xact_callback_check(XactEvent event, void *arg)
-{
-	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE)
-		rlock_check_before_end(event);
-}
-
-static void
-rlock_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_PREPARE:
-		case XACT_EVENT_PRE_COMMIT:
-			/* if the walk passed the check's own callback by */
-			rlock_check_before_end(event);
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			xact_checked = false;
-			rlock_forget_xact_loss();
-			rlock_abandon_request();
-			if (!dlist_is_empty(&xact_holds))
-				rlock_end_xact_holds(InvalidSubTransactionId);
-			rlock_local_prune();
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-rlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
-{
-	dlist_iter	iter;
-	int			i;
-
-	switch (event)
-	{
-		case SUBXACT_EVENT_ABORT_SUB:
-			/* the outermost loss was inside: every loss rolls back */
-			if (xact_lost_key != NULL && xact_lost_subid >= mySubid)
-				rlock_forget_xact_loss();
-			rlock_abandon_request();
-			if (!dlist_is_empty(&xact_holds))
-				rlock_end_xact_holds(mySubid);
-			break;
-		case SUBXACT_EVENT_COMMIT_SUB:
-			if (xact_lost_subid == mySubid)
-				xact_lost_subid = parentSubid;
-			dlist_foreach(iter, &xact_holds)
-			{
-				LocalHold  *lh = dlist_container(LocalHold, xact_node,
-												 iter.cur);
-
-				for (i = 0; i < lh->nruns; i++)
-				{
-					if (!lh->runs[i].session && lh->runs[i].subid == mySubid)
-						lh->runs[i].subid = parentSubid;
-				}
-			}
-			break;
-		default:
-			break;
-	}
 }
 
 /*

@@ -147,9 +147,9 @@ rlock_abandon_request(void)
 
 	SpinLockAcquire(&slot->mutex);
 	granted = (slot->state == RLOCK_SLOT_DONE &&
-			   slot->op == RLOCK_OP_ACQUIRE &&
+			   slot->args.op == RLOCK_OP_ACQUIRE &&
 			   slot->status == RLOCK_STATUS_OK);
-	hold = slot->hold;
+	hold = slot->args.hold;
 	/* a request the worker holds must be dropped by the worker: tell it */
 	notify = (slot->state == RLOCK_SLOT_TAKEN && !slot->queued);
 	if (notify)
@@ -192,7 +192,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 												RLOCK_WORKER_GRACE_MS);
 	/* only an acquire that may wait can be found busy */
 	may_show_waiting = update_process_title &&
-		slot->op == RLOCK_OP_ACQUIRE &&
+		slot->args.op == RLOCK_OP_ACQUIRE &&
 		(wait_until == 0 || wait_until > start);
 
 	for (;;)
@@ -283,10 +283,10 @@ rlock_request_exit(int code, Datum arg)
 /*
  * Send one request to the worker and wait for its answer.
  *
- * "hold" and "hold_generation" name the hold entry for ACQUIRE and
- * RELEASE; "key" is used by the operations that have no entry.  wait_until
- * bounds an ACQUIRE (0: no bound); lease_ms is its lease (0: the
- * watchdog).  With use_lock_timeout, lock_timeout applies to the wait, as
+ * args.hold and args.hold_generation name the hold entry for ACQUIRE and
+ * RELEASE; "key" is used by the operations that have no entry.
+ * args.wait_until bounds an ACQUIRE (0: no bound); args.lease_ms is its
+ * lease (0: the watchdog).  With use_lock_timeout, lock_timeout applies to the wait, as
  * it does to a heavyweight lock wait.  An error or interrupt during the
  * wait gives the request up and re-throws.
  */
@@ -307,22 +307,17 @@ rlock_request(const RlockRequest *req, int64 *value)
 		exit_callback_registered = true;
 	}
 
+	/* the slot is IDLE: the worker reads none of this now */
 	slot->latch = MyLatch;
-	slot->op = req->op;
-	slot->owner_id = rlock_my_owner_id();
-	slot->hold = req->hold;
-	slot->hold_generation = req->hold_generation;
-	slot->wait_until = req->wait_until;
-	slot->lease_ms = req->lease_ms;
-	slot->want_token = req->want_token;
-	slot->session = req->session;
+	slot->args = req->args;
+	slot->args.owner_id = rlock_my_owner_id();
 	slot->pid = MyProcPid;
 	slot->userid = GetSessionUserId();
 	slot->submitted_at = GetCurrentTimestamp();
-	slot->keylen = req->keylen;
-	if (req->keylen > 0)
-		memcpy(slot->key, req->key, req->keylen);
-	slot->key[req->keylen] = '\0';
+	Assert(req->args.keylen >= 0 && req->args.keylen <= rlock_max_key_length);
+	if (req->args.keylen > 0)
+		memcpy(slot->key, req->key, req->args.keylen);
+	slot->key[req->args.keylen] = '\0';
 
 	SpinLockAcquire(&slot->mutex);
 	Assert(slot->state == RLOCK_SLOT_IDLE);
@@ -345,7 +340,8 @@ rlock_request(const RlockRequest *req, int64 *value)
 	{
 		if (timer)
 			enable_timeout_after(LOCK_TIMEOUT, LockTimeout);
-		status = rlock_wait_for_answer(slot, seq, req->wait_until, value);
+		status = rlock_wait_for_answer(slot, seq, req->args.wait_until,
+									   value);
 	}
 	PG_CATCH();
 	{

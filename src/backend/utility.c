@@ -13,7 +13,7 @@
  * At the end of every statement (ExecutorEnd for queries, also those run
  * by functions and triggers; ProcessUtility for the others) the check
  * before commit is moved ahead of the pre-commit work of modules that
- * registered since (holds.c, rlock_xact_callback_first).
+ * registered since (xact.c, rlock_xact_callback_first).
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -47,12 +47,11 @@ rlock_holds_held(void)
 
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
+		RlockHold	h;
 
-		SpinLockAcquire(&h->mutex);
-		if (h->in_use && h->nsession + h->nxact > 0)
+		rlock_hold_read(i, &h);
+		if (h.in_use && h.nsession + h.nxact > 0)
 			n++;
-		SpinLockRelease(&h->mutex);
 	}
 	return n;
 }

@@ -7,8 +7,8 @@
  *		(rlock_status).
  *
  * rlock_locks is built from the shared hold table and the request slots.
- * Each entry and slot is copied under its own mutex and the rows are built
- * from the copy, as pg_locks does, so no lock is held while memory is
+ * Each entry and slot is copied under its own mutex (an entry by
+ * rlock_hold_read) and the rows are built from the copy, as pg_locks does, so no lock is held while memory is
  * allocated.  Rows of sessions of other users are shown the way
  * pg_stat_activity shows them: the process and the state, but not the key
  * or anything else about the lock, unless the caller has the privileges of
@@ -67,43 +67,6 @@ typedef struct LockRow
 	int			keylen;
 	int			prefixlen;
 } LockRow;
-
-/*
- * Copy the key of a hold entry that was in use with "generation", and
- * tell the length of its holder's rlock.key_prefix: NULL if the entry was
- * freed (and maybe reused) meanwhile.
- */
-static char *
-views_copy_key(int index, uint32 generation, int *keylen, int *prefixlen)
-{
-	RlockHold  *h = rlock_hold(index);
-	char	   *key;
-	int			len;
-	bool		same;
-
-	SpinLockAcquire(&h->mutex);
-	same = h->in_use && h->generation == generation;
-	len = h->keylen;
-	*prefixlen = h->prefixlen;
-	SpinLockRelease(&h->mutex);
-	if (!same)
-		return NULL;
-
-	key = palloc(len + 1);
-	memcpy(key, h->key, len);
-	key[len] = '\0';
-
-	SpinLockAcquire(&h->mutex);
-	same = h->in_use && h->generation == generation;
-	SpinLockRelease(&h->mutex);
-	if (!same)
-	{
-		pfree(key);
-		return NULL;
-	}
-	*keylen = len;
-	return key;
-}
 
 static Datum
 views_interval_ms(int64 ms)
@@ -213,32 +176,27 @@ views_emit_lock(ReturnSetInfo *rsinfo, LockRow *r, const char *scope,
 static bool
 views_read_hold(int index, LockRow *r)
 {
-	RlockHold  *h = rlock_hold(index);
-	bool		in_use;
-	uint32		generation;
+	RlockHold	h;
 
 	memset(r, 0, sizeof(LockRow));
-	SpinLockAcquire(&h->mutex);
-	in_use = h->in_use;
-	generation = h->generation;
-	r->pid = h->pid;
-	r->userid = h->userid;
-	r->owner_id = h->owner_id;
-	r->nsession = h->nsession;
-	r->nxact = h->nxact;
-	r->count = h->count - h->to_release;
-	r->releasing = (h->to_release > 0 || h->unacked > 0 || h->resync);
-	r->lost = h->lost;
-	r->lease_ms = h->lease_ms;
-	r->renew = h->renew;
-	r->token = h->token;
-	r->acquired_at = h->acquired_at;
-	r->expires_at = h->expires_at;
-	SpinLockRelease(&h->mutex);
-
-	if (!in_use)
+	rlock_hold_read(index, &h);
+	if (!h.in_use)
 		return false;
-	r->key = views_copy_key(index, generation, &r->keylen, &r->prefixlen);
+	r->pid = h.pid;
+	r->userid = h.userid;
+	r->owner_id = h.owner_id;
+	r->nsession = h.nsession;
+	r->nxact = h.nxact;
+	r->count = h.count - h.to_release;
+	r->releasing = (h.to_release > 0 || h.unacked > 0 || h.resync);
+	r->lost = h.lost;
+	r->lease_ms = h.lease_ms;
+	r->renew = h.renew;
+	r->token = h.token;
+	r->acquired_at = h.acquired_at;
+	r->expires_at = h.expires_at;
+	r->key = rlock_hold_copy_key(index, h.generation, &r->keylen,
+								 &r->prefixlen);
 	return r->key != NULL;
 }
 
@@ -255,26 +213,27 @@ views_read_slot(int index, LockRow *r)
 
 	memset(r, 0, sizeof(LockRow));
 	SpinLockAcquire(&s->mutex);
-	acquiring = (s->op == RLOCK_OP_ACQUIRE &&
+	acquiring = (s->args.op == RLOCK_OP_ACQUIRE &&
 				 (s->state == RLOCK_SLOT_PENDING ||
 				  s->state == RLOCK_SLOT_TAKEN));
-	hold = s->hold;
-	generation = s->hold_generation;
+	hold = s->args.hold;
+	generation = s->args.hold_generation;
 	r->waiting = true;
 	r->busy = s->busy;
-	r->session = s->session;
+	r->session = s->args.session;
 	r->pid = s->pid;
 	r->userid = s->userid;
-	r->owner_id = s->owner_id;
-	r->lease_ms = s->lease_ms;
-	r->renew = (s->lease_ms == 0);
+	r->owner_id = s->args.owner_id;
+	r->lease_ms = s->args.lease_ms;
+	r->renew = (s->args.lease_ms == 0);
 	r->wait_started = s->submitted_at;
-	r->wait_until = s->wait_until;
+	r->wait_until = s->args.wait_until;
 	SpinLockRelease(&s->mutex);
 
 	if (!acquiring || hold < 0)
 		return false;
-	r->key = views_copy_key(hold, generation, &r->keylen, &r->prefixlen);
+	r->key = rlock_hold_copy_key(hold, generation, &r->keylen,
+								 &r->prefixlen);
 	return r->key != NULL;
 }
 
@@ -485,18 +444,17 @@ rlock_status(PG_FUNCTION_ARGS)
 
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
+		RlockHold	h;
 
-		SpinLockAcquire(&h->mutex);
-		in_use += h->in_use ? 1 : 0;
-		SpinLockRelease(&h->mutex);
+		rlock_hold_read(i, &h);
+		in_use += h.in_use ? 1 : 0;
 	}
 	for (i = 0; i < rlock_shared->nslots; i++)
 	{
 		RlockSlot  *s = rlock_slot(i);
 
 		SpinLockAcquire(&s->mutex);
-		waiting += (s->op == RLOCK_OP_ACQUIRE && s->busy &&
+		waiting += (s->args.op == RLOCK_OP_ACQUIRE && s->busy &&
 					s->state == RLOCK_SLOT_TAKEN) ? 1 : 0;
 		SpinLockRelease(&s->mutex);
 	}

@@ -82,6 +82,30 @@ typedef enum RlockSlotState
 } RlockSlotState;
 
 /*
+ * What a request asks for, as the backend fills it in: declared once and
+ * embedded in the backend's RlockRequest, the shared RlockSlot and the
+ * worker's WorkerReq, each copying it to the next by assignment.  The key
+ * travels beside it (a pointer in the backend's and the worker's request,
+ * a buffer at the end of the slot), as its length varies.
+ */
+typedef struct RlockRequestArgs
+{
+	RlockOp		op;
+	uint8		kind;			/* RlockKind whose commands serve it */
+	uint8		mode;			/* the kind's mode; 0 for a kind without */
+	bool		want_token;		/* ACQUIRE: count a fencing token */
+	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	uint64		owner_id;		/* the requesting session's owner number */
+	int			hold;			/* hold entry, or -1 */
+	uint32		hold_generation;	/* of that entry, as the backend knows it */
+	TimestampTz wait_until;		/* ACQUIRE: give up after this; 0 = never */
+	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog;
+								 * VERIFY: the safety margin */
+	int			keylen;			/* EXISTS, PTTL, FORCE, HOLDER: the key's
+								 * length; 0 for none */
+} RlockRequestArgs;
+
+/*
  * One request slot per backend, indexed by rlock_backend_index().  The key buffer
  * at the end holds rlock_max_key_length bytes plus a terminator, so slots
  * are addressed through rlock_slot().
@@ -95,15 +119,7 @@ typedef struct RlockSlot
 	Latch	   *latch;			/* the owning backend's latch */
 
 	/* the request: written by the backend before it becomes PENDING */
-	RlockOp		op;
-	uint64		owner_id;		/* the requesting session's owner number */
-	int			hold;			/* hold entry, or -1 */
-	uint32		hold_generation;	/* of that entry, as the backend knows it */
-	TimestampTz wait_until;		/* ACQUIRE: give up after this; 0 = never */
-	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog;
-								 * VERIFY: the safety margin */
-	bool		want_token;		/* ACQUIRE: count a fencing token */
-	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	RlockRequestArgs args;
 	int			pid;			/* the owning backend, for the views */
 	Oid			userid;
 	TimestampTz submitted_at;
@@ -117,8 +133,7 @@ typedef struct RlockSlot
 								 * EXISTS, PTTL: Redis's answer */
 	char		detail[RLOCK_DETAIL_LEN];
 
-	int			keylen;
-	char		key[FLEXIBLE_ARRAY_MEMBER];
+	char		key[FLEXIBLE_ARRAY_MEMBER];	/* args.keylen bytes and a NUL */
 } RlockSlot;
 
 /*
@@ -330,40 +345,72 @@ typedef struct RlockShared
 /* shmem.c */
 extern RlockShared *rlock_shared;
 
-/*
- * Redis confirmed that an entry's holds last until "expires" (the worker,
- * holding the entry's mutex).  Only a confirmation on the current command
- * connection lets a commit do without asking again (holds.c).
- */
-static inline void
-rlock_hold_confirm(RlockHold *h, TimestampTz expires)
-{
-	h->expires_at = expires;
-	h->epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
-}
-
 extern void rlock_shmem_request(void);
 extern void rlock_shmem_startup(void);
 extern RlockSlot *rlock_slot(int index);
 extern RlockHold *rlock_hold(int index);
 extern void rlock_ring_push(int item);
 extern bool rlock_ring_pop(int *item);
+extern void rlock_wake_worker(void);
+
+/*
+ * holdtable.c: every change of a hold entry's fields under its mutex, as
+ * named transitions that assert the state they expect.  Nothing outside
+ * src/shared takes an entry's mutex: readers copy an entry with
+ * rlock_hold_read().
+ */
+
+/*
+ * Is "h" the entry allocated with "generation", still in use?  h is an
+ * entry whose mutex the caller holds (in holdtable.c), or a copy made by
+ * rlock_hold_read().
+ */
+static inline bool
+rlock_hold_is_current(const RlockHold *h, uint32 generation)
+{
+	return h->in_use && h->generation == generation;
+}
+
+extern void rlock_hold_read(int index, RlockHold *copy);
+extern char *rlock_hold_copy_key(int index, uint32 generation, int *keylen,
+								 int *prefixlen);
+
+/* the owning backend */
 #define RLOCK_HOLD_TABLE_FULL		(-1)
 #define RLOCK_HOLD_TABLE_RESERVED	(-2)
 extern int	rlock_hold_alloc(uint64 owner_id, RlockKind kind,
 							 const char *key, int keylen, int prefixlen,
 							 int reserved, uint32 *generation);
+extern bool rlock_hold_pin(int index, uint32 generation);
+extern void rlock_hold_unpin(int index);
 extern void rlock_hold_publish(int index, int32 nsession, int32 nxact,
 							   int64 token, TimestampTz acquired_at);
-extern bool rlock_hold_pin(int index, uint32 generation);
-extern bool rlock_hold_is_current(int index, uint32 generation);
-extern void rlock_hold_unpin(int index);
 extern void rlock_hold_describe(int index, int64 lease_ms, bool renew);
 extern bool rlock_hold_take_loss(int index);
-extern bool rlock_hold_try_free(int index);
+
+/* either side */
 extern void rlock_queue_release(int index, int count, int64 lease_ms,
 								bool renew);
-extern void rlock_wake_worker(void);
+extern bool rlock_hold_try_free(int index);
+
+/* the worker */
+extern bool rlock_hold_ref(int index, uint32 generation);
+extern void rlock_hold_unref(int index);
+extern int32 rlock_hold_acquire_begin(int index);
+extern bool rlock_hold_grant(int index, int32 count, TimestampTz expires,
+							 bool confirming, bool lost);
+extern bool rlock_hold_refuse(int index, bool doubt, bool lost);
+extern void rlock_hold_settle(int index, int32 count, bool confirmed);
+extern bool rlock_hold_dequeue(int index, bool may_send, int32 *target,
+							   int64 *lease_ms);
+extern void rlock_hold_release_unsent(int index);
+extern bool rlock_hold_released(int index, bool again, RlockStatus status,
+								int32 target, TimestampTz expires);
+extern bool rlock_hold_requeue(int index);
+extern bool rlock_hold_recover(int index);
+extern bool rlock_hold_lose(int index, uint32 generation, bool *newly);
+extern bool rlock_hold_extend(int index, uint32 generation,
+							  TimestampTz expires, bool extend_only);
 
 /* stats.c: counters, latencies and the worker's status */
 extern void rlock_stats_init(void);

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *		rlock's shared memory: request slots, the hold table and the ring.
+ *		rlock's shared memory: its layout and creation, the request slots
+ *		and the ring.  The hold table's transitions are in holdtable.c.
  *
  * Layout.  One RlockShared header, then MaxBackends request slots, then
  * rlock.max_locks hold entries, then the ring.  Slots and entries end in a
@@ -143,7 +144,7 @@ rlock_shmem_startup(void)
 			memset(slot, 0, offsetof(RlockSlot, key));
 			SpinLockInit(&slot->mutex);
 			slot->state = RLOCK_SLOT_IDLE;
-			slot->hold = -1;
+			slot->args.hold = -1;
 		}
 
 		SpinLockInit(&s->holds_mutex);
@@ -196,7 +197,11 @@ rlock_ring_push(int item)
 {
 	RlockRing  *ring = rlock_shared->ring;
 
+	Assert(item >= -rlock_shared->nslots && item < rlock_shared->nholds);
 	SpinLockAcquire(&ring->mutex);
+	Assert(ring->head < ring->size && ring->tail < ring->size);
+	/* one place is always left free: a full ring would look empty */
+	Assert((ring->tail + 1) % ring->size != ring->head);
 	ring->items[ring->tail] = item;
 	ring->tail = (ring->tail + 1) % ring->size;
 	SpinLockRelease(&ring->mutex);
@@ -212,6 +217,7 @@ rlock_ring_pop(int *item)
 	bool		found = false;
 
 	SpinLockAcquire(&ring->mutex);
+	Assert(ring->head < ring->size && ring->tail < ring->size);
 	if (ring->head != ring->tail)
 	{
 		*item = ring->items[ring->head];
@@ -219,236 +225,9 @@ rlock_ring_pop(int *item)
 		found = true;
 	}
 	SpinLockRelease(&ring->mutex);
+	Assert(!found ||
+		   (*item >= -rlock_shared->nslots && *item < rlock_shared->nholds));
 	return found;
-}
-
-/*
- * Allocate a hold entry for one key of this backend, pinned; the key's
- * first prefixlen bytes are the backend's rlock.key_prefix.  The last
- * "reserved" free entries are left to others (superusers).  Returns
- * RLOCK_HOLD_TABLE_FULL or RLOCK_HOLD_TABLE_RESERVED when there is none
- * to take; otherwise the index, with the entry's generation in
- * *generation.
- */
-int
-rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
-				 int prefixlen, int reserved, uint32 *generation)
-{
-	RlockHold  *h;
-	int			index;
-
-	SpinLockAcquire(&rlock_shared->holds_mutex);
-	index = rlock_shared->free_hold;
-	if (index >= 0 && rlock_shared->nfree <= reserved)
-		index = RLOCK_HOLD_TABLE_RESERVED;
-	else if (index >= 0)
-	{
-		rlock_shared->free_hold = rlock_hold(index)->next_free;
-		rlock_shared->nfree--;
-		Assert(rlock_shared->nfree >= 0);
-	}
-	SpinLockRelease(&rlock_shared->holds_mutex);
-
-	if (index < 0)
-		return index;
-
-	/* off the free list and not in use: nobody else reads the key now */
-	h = rlock_hold(index);
-	memcpy(h->key, key, keylen);
-	h->key[keylen] = '\0';
-
-	SpinLockAcquire(&h->mutex);
-	h->in_use = true;
-	h->owner_id = owner_id;
-	h->kind = kind;
-	h->keylen = keylen;
-	h->prefixlen = prefixlen;
-	h->pinned = true;
-	h->worker_refs = 0;
-	h->to_release = 0;
-	h->lease_ms = 0;
-	h->renew = false;
-	h->count = 0;
-	h->acquiring = false;
-	h->unacked = 0;
-	h->resync = false;
-	h->lost = false;
-	h->queued = false;
-	h->pid = MyProcPid;
-	h->userid = GetSessionUserId();
-	h->nsession = 0;
-	h->nxact = 0;
-	h->token = 0;
-	h->acquired_at = 0;
-	h->expires_at = 0;
-	h->epoch = 0;
-	*generation = h->generation;
-	SpinLockRelease(&h->mutex);
-
-	return index;
-}
-
-/*
- * Record what the backend holds on an entry, for the views.
- */
-void
-rlock_hold_publish(int index, int32 nsession, int32 nxact, int64 token,
-				   TimestampTz acquired_at)
-{
-	RlockHold  *h = rlock_hold(index);
-
-	SpinLockAcquire(&h->mutex);
-	h->nsession = nsession;
-	h->nxact = nxact;
-	h->token = token;
-	h->acquired_at = acquired_at;
-	SpinLockRelease(&h->mutex);
-}
-
-/*
- * Pin an entry this backend used before, if it is still the same entry
- * (not freed since).  A backend must reuse its live entry for a key rather
- * than allocate a second one: two entries for one owner and key would each
- * believe they know the hold count in Redis.
- */
-bool
-rlock_hold_pin(int index, uint32 generation)
-{
-	RlockHold  *h = rlock_hold(index);
-	bool		pinned = false;
-
-	SpinLockAcquire(&h->mutex);
-	if (h->in_use && h->generation == generation)
-	{
-		h->pinned = true;
-		pinned = true;
-	}
-	SpinLockRelease(&h->mutex);
-	return pinned;
-}
-
-/*
- * Is the entry still the one this backend allocated?
- */
-bool
-rlock_hold_is_current(int index, uint32 generation)
-{
-	RlockHold  *h = rlock_hold(index);
-	bool		current;
-
-	SpinLockAcquire(&h->mutex);
-	current = (h->in_use && h->generation == generation);
-	SpinLockRelease(&h->mutex);
-	return current;
-}
-
-/*
- * The backend no longer holds the key nor waits for it: let the entry go
- * once the worker is done with it.
- */
-void
-rlock_hold_unpin(int index)
-{
-	RlockHold  *h = rlock_hold(index);
-
-	SpinLockAcquire(&h->mutex);
-	h->pinned = false;
-	SpinLockRelease(&h->mutex);
-	rlock_hold_try_free(index);
-}
-
-/*
- * Has the worker seen Redis without this entry's holds since the backend
- * last asked?  Asking clears the mark.
- */
-bool
-rlock_hold_take_loss(int index)
-{
-	RlockHold  *h = rlock_hold(index);
-	bool		lost;
-
-	SpinLockAcquire(&h->mutex);
-	lost = h->lost;
-	h->lost = false;
-	SpinLockRelease(&h->mutex);
-	return lost;
-}
-
-/*
- * Record the lease of the newest hold and whether any hold uses the
- * watchdog, after the backend gained a hold.
- */
-void
-rlock_hold_describe(int index, int64 lease_ms, bool renew)
-{
-	RlockHold  *h = rlock_hold(index);
-
-	SpinLockAcquire(&h->mutex);
-	h->lease_ms = lease_ms;
-	h->renew = renew;
-	SpinLockRelease(&h->mutex);
-}
-
-/*
- * Free a hold entry if nobody needs it any more: the backend has unpinned
- * it and the worker has nothing to send or to hear about it.  Either side
- * may call this after making the entry idle.
- */
-bool
-rlock_hold_try_free(int index)
-{
-	RlockHold  *h = rlock_hold(index);
-	bool		freed = false;
-
-	SpinLockAcquire(&h->mutex);
-	if (h->in_use && !h->pinned && h->worker_refs == 0 && h->count == 0 &&
-		h->to_release == 0 && !h->queued && !h->acquiring &&
-		h->unacked == 0 && !h->resync)
-	{
-		h->in_use = false;
-		h->generation++;
-		freed = true;
-	}
-	SpinLockRelease(&h->mutex);
-
-	if (freed)
-	{
-		SpinLockAcquire(&rlock_shared->holds_mutex);
-		h->next_free = rlock_shared->free_hold;
-		rlock_shared->free_hold = index;
-		rlock_shared->nfree++;
-		SpinLockRelease(&rlock_shared->holds_mutex);
-	}
-	return freed;
-}
-
-/*
- * Hand "count" holds of an entry back to the worker, which sends one
- * release for everything queued on the entry.  lease_ms and renew describe
- * the holds that remain.  Needs no memory, no slot and no reply, so the
- * transaction and exit callbacks can use it; the caller wakes the worker.
- * A negative lease_ms leaves the description of the remaining holds as it
- * is (used when handing back a grant that its request gave up on).
- */
-void
-rlock_queue_release(int index, int count, int64 lease_ms, bool renew)
-{
-	RlockHold  *h = rlock_hold(index);
-	bool		push;
-
-	SpinLockAcquire(&h->mutex);
-	h->to_release += count;
-	if (lease_ms >= 0)
-	{
-		h->lease_ms = lease_ms;
-		h->renew = renew;
-	}
-	push = !h->queued;
-	h->queued = true;
-	SpinLockRelease(&h->mutex);
-
-	if (push)
-		rlock_ring_push(index);
 }
 
 /*

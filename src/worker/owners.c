@@ -71,18 +71,14 @@ rlock_owners_init(void)
 void
 rlock_owners_note(int index)
 {
-	RlockHold  *h = rlock_hold(index);
+	RlockHold	h;
 	uint64		owner_id;
-	bool		in_use;
 	OwnerList  *list;
 	bool		found;
 
-	SpinLockAcquire(&h->mutex);
-	in_use = h->in_use;
-	owner_id = h->owner_id;
-	SpinLockRelease(&h->mutex);
-
-	if (!in_use || owner_id == 0 || listed_owner[index] == owner_id)
+	rlock_hold_read(index, &h);
+	owner_id = h.owner_id;
+	if (!h.in_use || owner_id == 0 || listed_owner[index] == owner_id)
 		return;
 
 	list = (OwnerList *) hash_search(owners, &owner_id, HASH_ENTER, &found);
@@ -122,17 +118,13 @@ owners_prune(OwnerList *list)
 	for (i = 0; i < list->n; i++)
 	{
 		int			index = list->holds[i];
-		RlockHold  *h;
-		bool		same;
+		RlockHold	h;
 
 		if (listed_owner[index] != list->owner_id ||
 			listing[index] != list->listings[i])
 			continue;			/* listed again since, elsewhere or here */
-		h = rlock_hold(index);
-		SpinLockAcquire(&h->mutex);
-		same = h->in_use && h->owner_id == list->owner_id;
-		SpinLockRelease(&h->mutex);
-		if (!same)
+		rlock_hold_read(index, &h);
+		if (!h.in_use || h.owner_id != list->owner_id)
 		{
 			listed_owner[index] = 0;
 			continue;
@@ -211,15 +203,11 @@ rlock_owners_each(void (*fn) (uint64 owner_id, int pid, void *arg), void *arg)
 	hash_seq_init(&seq, owners);
 	while ((list = (OwnerList *) hash_seq_search(&seq)) != NULL)
 	{
-		RlockHold  *h;
-		int			pid;
+		RlockHold	h;
 
 		if (owners_prune(list) == NULL)
 			continue;
-		h = rlock_hold(list->holds[0]);
-		SpinLockAcquire(&h->mutex);
-		pid = h->pid;
-		SpinLockRelease(&h->mutex);
-		fn(list->owner_id, pid, arg);
+		rlock_hold_read(list->holds[0], &h);
+		fn(list->owner_id, h.pid, arg);
 	}
 }

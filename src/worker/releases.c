@@ -182,26 +182,24 @@ worker_publish_unlock(RlockConn *conn, const char *key, int keylen)
  * full release hands the lock to a local waiter right behind it.
  */
 static void
-worker_send_release(int index, int32 target, int64 lease_ms, uint64 owner_id)
+worker_send_release(int index, int32 target, int64 lease_ms)
 {
 	RlockHold  *h = rlock_hold(index);
 	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_RELEASE);
 	RlockArgs  *args = worker_args();
 	RlockKindHold kh;
 
+	/* a release on its way keeps the entry, its key and owner */
 	kh.key = h->key;
 	kh.keylen = h->keylen;
-	kh.owner_id = owner_id;
+	kh.owner_id = h->owner_id;
 	wc->hold = index;
 	wc->target = target;
 	wc->lease_ms = worker_lease(lease_ms);
 	rlock_kinds[h->kind]->release(args, &wc->cmd, &kh, target, wc->lease_ms);
-	if (!worker_cmd_send(rlock_hold_conn(index), wc, args))
+	if (!worker_cmd_send(worker_hold_conn(index), wc, args))
 	{
-		SpinLockAcquire(&h->mutex);
-		h->unacked--;
-		h->resync = true;
-		SpinLockRelease(&h->mutex);
+		rlock_hold_release_unsent(index);
 		return;
 	}
 	if (target == 0)
@@ -225,78 +223,53 @@ static void worker_resync_later(void);
  * Has the entry a count to restate that was not sent?
  */
 static bool
-resync_pending(RlockHold *h)
+resync_pending(int index)
 {
-	bool		pending;
+	RlockHold	h;
 
-	SpinLockAcquire(&h->mutex);
-	pending = h->in_use && !h->acquiring && h->resync;
-	SpinLockRelease(&h->mutex);
-	return pending;
+	rlock_hold_read(index, &h);
+	return h.in_use && !h.acquiring && h.resync;
 }
 
 /*
  * A hold entry came off the ring: bring Redis to the count it should hold
  * after the releases queued on it.  While an acquire for the entry is on
  * the wire nothing is sent; its reply puts the entry back on the ring.
+ * The entry's queued flag is cleared first thing (rlock_hold_dequeue),
+ * before anything that may fail (rlock_owners_note allocates): a worker
+ * that died in between would leave it flagged as queued, off the ring,
+ * and the next one would never send it (worker_recover_holds queues only
+ * what is not flagged).
  */
 void
 worker_sync_hold(int index)
 {
-	RlockHold  *h = rlock_hold(index);
-	bool		send = false;
+	bool		may_send;
+	bool		send;
 	int32		target = 0;
 	int64		lease_ms = 0;
-	uint64		owner_id = 0;
-	bool		ready = rlock_conn_ready(rlock_hold_conn(index));
 
-	/*
-	 * The entry came off the ring: clear its flag before anything that
-	 * may fail (rlock_owners_note allocates), or a worker that died in
-	 * between would leave it flagged as queued, off the ring, and the
-	 * next one would never send it (worker_recover_holds queues only what
-	 * is not flagged).
-	 */
-	SpinLockAcquire(&h->mutex);
-	h->queued = false;
-	if (h->in_use && !h->acquiring)
-	{
-		if (h->to_release > 0)
-		{
-			h->count = Max(h->count - h->to_release, 0);
-			h->to_release = 0;
-			h->resync = true;
-		}
-		if (h->resync && ready &&
-			worker_sync_may_resync(index))
-		{
-			send = true;
-			h->resync = false;
-			h->unacked++;
-			target = h->count;
-			lease_ms = h->lease_ms;
-			owner_id = h->owner_id;
-		}
-		Assert(h->count >= 0 && h->unacked >= 0 && h->to_release == 0);
-	}
-	SpinLockRelease(&h->mutex);
-
+	/* the sync connection's fence is up, if the entry waits for it */
+	may_send = rlock_conn_ready(worker_hold_conn(index)) &&
+		worker_sync_may_resync(index);
+	send = rlock_hold_dequeue(index, may_send, &target, &lease_ms);
 	rlock_owners_note(index);
 	if (send)
-		worker_send_release(index, target, lease_ms, owner_id);
-	else
 	{
-		/*
-		 * Held back for want of a connection: in a Redis Cluster, look
-		 * again in a while, routed by the map of then.  A primary's
-		 * connection is made only when something is routed to it (no
-		 * connection becoming ready would bring the entry back), and
-		 * after a failover nothing else may go to the new primary.
-		 */
-		if (rlock_redis_cluster() && resync_pending(h))
-			worker_resync_later();
-		rlock_hold_try_free(index);
+		worker_send_release(index, target, lease_ms);
+		return;
 	}
+
+	/*
+	 * Held back for want of a connection: in a Redis Cluster, look again
+	 * in a while, routed by the map of then.  A primary's connection is
+	 * made only when something is routed to it (no connection becoming
+	 * ready would bring the entry back), and after a failover nothing
+	 * else may go to the new primary.
+	 */
+	if (rlock_redis_cluster() && resync_pending(index))
+		worker_resync_later();
+	rlock_hold_try_free(index);
 }
 
 /*
@@ -305,17 +278,7 @@ worker_sync_hold(int index)
 void
 worker_requeue_hold(int index)
 {
-	RlockHold  *h = rlock_hold(index);
-	bool		push;
-
-	SpinLockAcquire(&h->mutex);
-	push = h->in_use && !h->queued && !h->acquiring &&
-		(h->to_release > 0 || h->resync);
-	if (push)
-		h->queued = true;
-	SpinLockRelease(&h->mutex);
-	if (push)
-		rlock_ring_push(index);
+	(void) rlock_hold_requeue(index);
 }
 
 void
@@ -383,7 +346,6 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	RlockReleased released = RLOCK_RELEASED_INVALID;
 	bool		again = false;
 	bool		later = false;
-	bool		newly_lost = false;
 
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR)
 	{
@@ -410,8 +372,8 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 
 	/* freed on a slot's importing node (ASK): its waiters are on the owner */
 	if (released == RLOCK_RELEASED_FREED && wc->cmd.asked &&
-		rlock_hold_conn(wc->hold) != conn)
-		worker_publish_unlock(rlock_hold_conn(wc->hold), h->key, h->keylen);
+		worker_hold_conn(wc->hold) != conn)
+		worker_publish_unlock(worker_hold_conn(wc->hold), h->key, h->keylen);
 
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */
@@ -440,19 +402,10 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		}
 	}
 
-	SpinLockAcquire(&h->mutex);
-	Assert(h->unacked > 0);
-	h->unacked--;
-	if (again)
-		h->resync = true;
-	else if (status == RLOCK_STATUS_NOT_HELD && wc->target > 0)
-		newly_lost = rlock_hold_mark_lost(h);
-	else if (status == RLOCK_STATUS_OK)
-		rlock_hold_confirm(h, (wc->target > 0) ?
-						   TimestampTzPlusMilliseconds(wc->cmd.sent_at,
-													   wc->lease_ms) : 0);
-	SpinLockRelease(&h->mutex);
-	if (newly_lost)
+	if (rlock_hold_released(wc->hold, again, status, wc->target,
+							(wc->target > 0) ?
+							TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+														wc->lease_ms) : 0))
 		rlock_count(RLOCK_STAT_LOST, 1);
 
 	if (!again)
@@ -488,26 +441,10 @@ worker_recover_holds(void)
 
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
-		bool		push = false;
+		bool		queued = rlock_hold_recover(i);
 
-		SpinLockAcquire(&h->mutex);
-		h->worker_refs = 0;
-		if (h->in_use &&
-			(h->acquiring || h->unacked > 0 || h->to_release > 0 ||
-			 h->resync || h->queued))
-		{
-			h->acquiring = false;
-			h->unacked = 0;
-			h->resync = true;
-			push = !h->queued;
-			h->queued = true;
-		}
-		SpinLockRelease(&h->mutex);
 		rlock_owners_note(i);	/* sessions carry on with their holds */
-		if (push)
-			rlock_ring_push(i);
-		else
+		if (!queued)
 			rlock_hold_try_free(i);
 	}
 }

@@ -25,7 +25,11 @@
  * is about to drop.
  *
  * A waiter woken for a retry that it gives up before sending passes the
- * wake-up on to another waiter, so that no unlock message is lost.
+ * wake-up on to another waiter, so that no unlock message is lost.  The
+ * request notes it as it ends (rlock_waiters_pass_on), and the worker's
+ * loop passes it on right after the event that ended it
+ * (rlock_waiters_drain): a request's completion never retries another
+ * request from within.
  *
  * Local waiters form a line.  When this instance frees a key, the first
  * waiting request is retried right behind the release (hand-off; a try
@@ -96,7 +100,16 @@ typedef struct Waiter
 #define WAITERS_VARIANT(key, keylen) \
 	(memchr((key), '{', (keylen)) != NULL ? 1 : 0)
 
+/* A wake-up passed on by a request that ended, to be done by the loop */
+typedef struct PassedWake
+{
+	bool		handed;			/* the lock was handed to it */
+	int			keylen;
+	char		key[FLEXIBLE_ARRAY_MEMBER];
+} PassedWake;
+
 static HTAB *groups = NULL;
+static List *passed = NIL;		/* PassedWake, oldest first */
 static Waiter *waiters = NULL;	/* one per slot */
 static char *channel_buf = NULL;
 static int	nsubscribed = 0;	/* groups SUBSCRIBED */
@@ -430,31 +443,73 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 }
 
 /*
- * The request in "slot" stops waiting.  With pass_wake it was woken and
- * never tried: another waiter tries in its place (one for "key", which is
- * then handed the lock, if key is not NULL); false if there was none
- * waiting to take the wake-up.  The last waiter of a group takes its
- * subscription away.
+ * The request in "slot" stops waiting.  The last waiter of a group takes
+ * its subscription away.
  */
-bool
-rlock_waiters_leave(int slot, bool pass_wake, const char *key, int keylen)
+void
+rlock_waiters_leave(int slot)
 {
 	Waiter	   *w = &waiters[slot];
 	WaitGroup  *g = w->group;
 
 	if (g == NULL)
-		return !pass_wake;
+		return;
 	dlist_delete(&w->node);
 	w->group = NULL;
 	if (--g->nwaiters > 0)
-		return !pass_wake || waiters_wake(g, false, key, keylen);
+		return;
 
 	if ((g->state == SUB_SUBSCRIBING || g->state == SUB_SUBSCRIBED) &&
 		waiters_send(g, false))
 		waiters_set_state(g, SUB_UNSUBSCRIBING);
 	else if (g->state != SUB_UNSUBSCRIBING)
 		waiters_delete_group(g);
-	return !pass_wake;
+}
+
+/*
+ * A request of "key" woken for a retry, or handed the lock, ended without
+ * trying: another waiter must try in its place (the lock may be free, and
+ * its unlock message was spent).  Noted here, and done by the worker's
+ * loop (rlock_waiters_drain), not inside the ending request's completion.
+ */
+void
+rlock_waiters_pass_on(const char *key, int keylen, bool handed)
+{
+	MemoryContext old = MemoryContextSwitchTo(rlock_worker_context);
+	PassedWake *p = palloc(offsetof(PassedWake, key) + keylen + 1);
+
+	p->handed = handed;
+	p->keylen = keylen;
+	memcpy(p->key, key, keylen);
+	p->key[keylen] = '\0';
+	passed = lappend(passed, p);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Pass on the wake-ups noted by rlock_waiters_pass_on(), in order: to one
+ * waiter of the key's group (one of that key, which is handed the lock,
+ * for a hand-off).  When none waits to take it, the lock may have been
+ * freed with nobody here handed it: tries on the wire must not sleep.
+ */
+void
+rlock_waiters_drain(void)
+{
+	while (passed != NIL)
+	{
+		PassedWake *p = (PassedWake *) linitial(passed);
+		WaitGroup  *g = NULL;
+
+		passed = list_delete_first(passed);
+		if (hash_get_num_entries(groups) > 0)
+			g = waiters_find(channel_buf,
+							 rlock_channel_name(channel_buf, p->key,
+												p->keylen));
+		if (g == NULL ||
+			!waiters_wake(g, false, p->handed ? p->key : NULL, p->keylen))
+			worker_note_release(p->key, p->keylen);
+		pfree(p);
+	}
 }
 
 /*
@@ -502,7 +557,7 @@ rlock_waiters_hand_off(const char *key, int keylen)
 	/*
 	 * The release's own unlock message is let pass as an echo: the woken
 	 * waiter's try follows the release on the same connection, or, synced
-	 * on the sync connection, waits for the release's answer (requests.c).
+	 * on the sync connection, waits for the release's answer (send.c).
 	 */
 	if (g->state != SUB_SUBSCRIBED)
 		return RLOCK_HANDED_OFF;

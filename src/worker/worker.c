@@ -11,6 +11,9 @@
  *	3. fires due timers: releases Redis refused to send again, waits that
  *	   ran out, TTL-bounded retries, requests that found no connection in
  *	   time;
+ *	   after each of these events (and after each reply), it passes on the
+ *	   wake-ups that requests ending in it gave up (waiters.c), so that a
+ *	   request's completion never retries another request from within;
  *	4. sends the pending requests and, when due, the watchdog renewals;
  *	5. flushes: everything queued in this pass goes out in one write per
  *	   connection;
@@ -214,6 +217,8 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 	}
 	worker_cmd_free(wc);
+	/* what a request that ended with this reply passed on */
+	rlock_waiters_drain();
 }
 
 /*---- connection events ----*/
@@ -299,6 +304,8 @@ worker_drain_ring(void)
 			worker_sync_hold(item);
 		else
 			worker_take_slot(-1 - item);
+		/* what a request given up passed on */
+		rlock_waiters_drain();
 	}
 }
 
@@ -327,6 +334,7 @@ worker_begin_stop(TimestampTz now)
 										  Max(rlock_command_timeout,
 											  RLOCK_STOP_PINS_MS));
 	worker_requests_stop();
+	rlock_waiters_drain();
 }
 
 /*
@@ -343,16 +351,13 @@ worker_may_stop(TimestampTz now)
 		return true;
 	for (i = 0; i < rlock_shared->nholds; i++)
 	{
-		RlockHold  *h = rlock_hold(i);
-		bool		busy;
+		RlockHold	h;
 
-		SpinLockAcquire(&h->mutex);
-		busy = h->in_use &&
-			((h->pinned && now < stop_pins_by) ||
-			 h->to_release > 0 || h->unacked > 0 || h->queued ||
-			 h->acquiring || (h->resync && connected));
-		SpinLockRelease(&h->mutex);
-		if (busy)
+		rlock_hold_read(i, &h);
+		if (h.in_use &&
+			((h.pinned && now < stop_pins_by) ||
+			 h.to_release > 0 || h.unacked > 0 || h.queued ||
+			 h.acquiring || (h.resync && connected)))
 			return false;
 	}
 	return true;
@@ -419,6 +424,7 @@ worker_init(void)
 	old = MemoryContextSwitchTo(rlock_worker_context);
 	args_builder = rlock_args_create(rlock_worker_context);
 	worker_requests_init(rlock_shared->nslots);
+	worker_sync_init(rlock_shared->nholds);
 	worker_releases_init(rlock_shared->nholds);
 
 	/* in case a previous worker died without its exit callback */
@@ -481,6 +487,7 @@ rlock_worker_main(Datum main_arg)
 		worker_drain_ring();
 		worker_releases_tick(now);
 		worker_fire_timers(now);
+		rlock_waiters_drain();
 		worker_send_pending();
 		worker_sync_flush();
 		rlock_renew_tick(now);

@@ -15,6 +15,8 @@
 #ifndef RLOCK_WORKER_INT_H
 #define RLOCK_WORKER_INT_H
 
+#include "lib/ilist.h"
+#include "lib/pairingheap.h"
 #include "nodes/pg_list.h"
 
 #include "kinds/kinds.h"
@@ -79,32 +81,117 @@ extern int64 worker_lease(int64 lease_ms);
 extern void worker_unknown_status(RlockConn *conn, const WorkerCmd *wc,
 								  RlockKind kind);
 
+/*
+ * The worker's side of a request.  A request moves PENDING -> INFLIGHT ->
+ * answered (NONE), or WAITING between tries (requests.c says when).
+ */
+typedef enum ReqState
+{
+	REQ_NONE,					/* no request for this slot */
+	REQ_PENDING,				/* to be sent when the connection allows */
+	REQ_INFLIGHT,				/* its command is on the wire */
+	REQ_WAITING					/* ACQUIRE: the lock is busy; RELEASE and
+								 * BARRIER: a release they cover is still
+								 * to be answered */
+} ReqState;
+
+/* The worker's copy of a slot's request, one per slot */
+typedef struct WorkerReq
+{
+	ReqState	state;
+	uint64		seq;
+	RlockRequestArgs args;		/* as its backend asked (the slot's) */
+	bool		hold_counted;	/* counted in the entry's worker_refs */
+	char	   *key;			/* the key of args.keylen bytes, or NULL */
+	int			batches;		/* VERIFY: batch replies still to come */
+	int			attempt;		/* VERIFY: sending of the batches */
+	int64		lost;			/* VERIFY: holds found lost so far */
+	uint64		wakes_seen;		/* wake-ups of its channel at last send */
+	uint64		releases_seen;	/* releases sent at last send */
+	bool		woken;			/* retried by a wake-up, try not yet sent */
+	bool		handed;			/* ACQUIRE: handed the lock by a release of
+								 * this instance, and not answered yet */
+	bool		tried;			/* ACQUIRE: tried, or joined the line */
+	bool		told_busy;		/* ACQUIRE: a waiter: Redis said busy, or
+								 * it joined the line of those it said so */
+	TimestampTz failover_since; /* ACQUIRE: began to wait for a failover to
+								 * name a reachable primary, 0 if not */
+	bool		line_only;		/* ACQUIRE: joined the line, never tried */
+	int			noscript;		/* NOSCRIPT retries so far */
+	TimestampTz unanswered_since;	/* sending of the first command that
+									 * went unanswered, 0 if none */
+	int			quick_retries;	/* retries in a row without a wait */
+	TimestampTz last_try_at;	/* when the latest try was sent */
+	TimestampTz timer_at;		/* 0 = no timer */
+	pairingheap_node timer_node;
+	dlist_node	pending_node;
+} WorkerReq;
+
 /* requests.c: the life of a request */
 extern void worker_requests_init(int nslots);
+extern WorkerReq *worker_req(int slot);
+extern int	worker_slot_of(WorkerReq *req);
+extern void worker_set_state(WorkerReq *req, ReqState state);
+extern void worker_timer_set(WorkerReq *req, TimestampTz at);
+extern void worker_make_pending(WorkerReq *req);
+extern void worker_note_answered(WorkerReq *req);
+extern void worker_note_unanswered(WorkerReq *req, WorkerCmd *wc);
+extern void worker_forget(WorkerReq *req);
+extern WorkerReq *worker_current(WorkerCmd *wc);
+extern bool worker_answer(int slot, uint64 seq, RlockStatus status,
+						  int64 value, const char *detail);
+extern void worker_complete(WorkerReq *req, RlockStatus status, int64 value,
+							const char *detail);
+extern void worker_complete_error(WorkerReq *req, const RlockReply *reply);
+extern void worker_mark_busy(WorkerReq *req);
 extern void worker_take_slot(int slot);
 extern void worker_fire_timers(TimestampTz now);
 extern TimestampTz worker_next_timer(void);
-extern void worker_send_pending(void);
 extern void worker_requests_conn_lost(RlockConn *conn);
 extern void worker_requests_sync_lost(RlockConn *sync);
 extern void worker_requests_stop(void);
 extern bool worker_requests_waiting(void);
+extern void worker_send_pending(void);
+extern bool worker_parked(void);
+extern void worker_unpark(void);
+
+/* send.c: sending requests, and trying again */
+extern RlockConn *worker_req_conn(WorkerReq *req);
+extern bool worker_req_ready(WorkerReq *req);
+extern RlockConn *worker_req_missing_conn(WorkerReq *req);
+extern bool worker_owner_busy(WorkerReq *req, bool acquiring);
+extern bool worker_release_refused_now(WorkerReq *req);
+extern bool worker_may_send(WorkerReq *req);
+extern void worker_send(WorkerReq *req);
+extern void worker_retry_soon(WorkerReq *req);
+extern bool worker_retry(int slot, const char *key, int keylen);
+extern bool worker_waiting(int slot, const char *key, int keylen);
+extern bool worker_in_line(int slot, const char *key, int keylen);
+
+/* replies.c: what the answers to requests mean */
+extern void worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value);
 extern void worker_acquire_reply(RlockConn *conn, WorkerCmd *wc,
 								 const RlockReply *reply);
 extern void worker_verify_reply(RlockConn *conn, WorkerCmd *wc,
 								const RlockReply *reply);
 extern void worker_query_reply(RlockConn *conn, WorkerCmd *wc,
 							   const RlockReply *reply);
+
+/* sync.c: acquisitions that replicas must confirm (WAIT) */
+extern void worker_sync_init(int nholds);
+extern RlockConn *worker_hold_sync_conn(int index);
+extern bool worker_sync_conn_missing(RlockConn *sync);
+extern bool worker_sync_needed(int index);
+extern bool worker_sync_blocked(RlockConn *sync);
+extern void worker_sync_join(RlockConn *sync, int need, int ask,
+							 WorkerCmd *wc);
+extern void worker_sync_granted(RlockConn *conn, WorkerCmd *wc, int64 value);
+extern void worker_sync_lost_on(int index, RlockConn *conn);
 extern void worker_sync_reply(RlockConn *conn, WorkerCmd *wc,
 							  const RlockReply *reply);
 extern bool worker_sync_may_resync(int index);
 extern void worker_sync_flush(void);
 extern void worker_sync_conn_ready(RlockConn *sync);
-extern void worker_unpark(void);
-extern bool worker_parked(void);
-extern bool worker_retry(int slot, const char *key, int keylen);
-extern bool worker_waiting(int slot, const char *key, int keylen);
-extern bool worker_in_line(int slot, const char *key, int keylen);
 
 /* releases.c: releases, and bringing Redis back to the counts */
 extern void worker_releases_init(int nholds);
@@ -145,8 +232,9 @@ extern void rlock_registry_reply(RlockConn *conn, WorkerCmd *wc,
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);
 extern void rlock_waiters_join(int slot, const char *key, int keylen);
-extern bool rlock_waiters_leave(int slot, bool pass_wake, const char *key,
-								int keylen);
+extern void rlock_waiters_leave(int slot);
+extern void rlock_waiters_pass_on(const char *key, int keylen, bool handed);
+extern void rlock_waiters_drain(void);
 extern uint64 rlock_waiters_wakes(int slot);
 extern TimestampTz rlock_waiters_line(const char *key, int keylen);
 extern void rlock_waiters_busy_until(int slot, const char *key, int keylen,
@@ -166,9 +254,15 @@ extern void rlock_waiters_unsubscribed(RlockConn *conn, const char *channel,
 extern int	rlock_waiters_channels(void);
 extern bool rlock_waiters_on(RlockConn *conn);
 
-/* renew.c: the watchdog, and the batches of entries it and VERIFY use */
+/* entries.c: the worker's side of the hold entries, and their batches */
+extern RlockConn *worker_hold_conn(int index);
+extern bool worker_hold_acquiring(int index);
+extern bool worker_hold_settled(int index);
+extern bool worker_hold_owned(int index, uint64 owner_id, bool holding,
+							  uint32 *generation);
+extern void worker_holds_lose_key(const char *key, int keylen);
 #define RLOCK_BATCH		100
-typedef struct RlockBatcher
+typedef struct WorkerBatcher
 {
 	WorkerCmdType type;
 	int64		arg_ms;
@@ -178,20 +272,21 @@ typedef struct RlockBatcher
 	List	   *buckets;		/* by connection */
 	int			sent;
 	bool		failed;			/* a connection could not take a batch */
-} RlockBatcher;
-extern bool rlock_batch_send(RlockConn *conn, WorkerCmdType type,
-							 int64 arg_ms, const int *pairs, int n,
-							 int slot, uint64 seq, int32 tag);
-extern RlockConn *rlock_hold_conn(int index);
-extern void rlock_batcher_init(RlockBatcher *b, WorkerCmdType type,
-							   int64 arg_ms, int slot, uint64 seq,
-							   int32 tag);
-extern void rlock_batcher_add(RlockBatcher *b, int index, int generation);
-extern int	rlock_batcher_finish(RlockBatcher *b);
-extern int	rlock_batch_apply(RlockConn *conn, WorkerCmd *wc,
-							  const RlockReply *reply, bool extend_only,
-							  int *extended, int *elsewhere);
-extern bool rlock_hold_mark_lost(RlockHold *h);
+} WorkerBatcher;
+extern bool worker_batch_send(RlockConn *conn, WorkerCmdType type,
+							  int64 arg_ms, const int *pairs, int n,
+							  int slot, uint64 seq, int32 tag);
+extern void worker_batcher_init(WorkerBatcher *b, WorkerCmdType type,
+								int64 arg_ms, int slot, uint64 seq,
+								int32 tag);
+extern void worker_batcher_add(WorkerBatcher *b, int index,
+							   uint32 generation);
+extern int	worker_batcher_finish(WorkerBatcher *b);
+extern int	worker_batch_apply(RlockConn *conn, WorkerCmd *wc,
+							   const RlockReply *reply, bool extend_only,
+							   int *extended, int *elsewhere);
+
+/* renew.c: the watchdog */
 extern void rlock_renew_tick(TimestampTz now);
 extern TimestampTz rlock_renew_next(void);
 extern void rlock_renew_soon(void);

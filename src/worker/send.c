@@ -1,0 +1,522 @@
+/*-------------------------------------------------------------------------
+ *
+ * send.c
+ *		Sending requests: the command each request sends, when it may go,
+ *		and trying again.
+ *
+ * A request goes out once its connection is ready and nothing ahead of
+ * it on its entry is unanswered: a request waits while an acquire is on
+ * the wire for its entry (or, for a BARRIER or VERIFY, for any entry of
+ * its owner), as that reply may put releases ahead of it.  An ACQUIRE
+ * sends its kind's acquire script (on the sync connection when replicas
+ * must confirm it, sync.c), unless it joins the line of local waiters
+ * without trying; VERIFY sends the kind's verify script over its owner's
+ * entries in batches (entries.c); the rest send one command each.
+ *
+ * A waiting acquire woken by an unlock message, a confirmed subscription
+ * or a hand-off tries again at once; one told to retry at once again and
+ * again (a lease that is always just ending, a flood of unlock messages)
+ * is slowed down after RLOCK_QUICK_RETRIES such retries, with a gap
+ * doubling from 1 ms up to RLOCK_RETRY_GAP_MAX_MS between tries, so that a
+ * broken or hostile server cannot make the worker spin.
+ *
+ * Copyright (c) 2026, rlock developers
+ *
+ * IDENTIFICATION
+ *		src/worker/send.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/timestamp.h"
+
+#include "worker/worker_int.h"
+
+/* Retries without a wait allowed in a row; after them, a growing gap */
+#define RLOCK_QUICK_RETRIES		4
+#define RLOCK_RETRY_GAP_MAX_MS	100
+
+/*
+ * The connection a request's commands go on: its key's, or its entry's
+ * key's; for one with neither (BARRIER, VERIFY), any command connection.
+ */
+RlockConn *
+worker_req_conn(WorkerReq *req)
+{
+	if (req->key != NULL)
+		return rlock_redis_route(req->key, req->args.keylen);
+	if (req->args.hold >= 0)
+		return worker_hold_conn(req->args.hold);
+	return rlock_redis_command_conn();
+}
+
+/*
+ * Does a VERIFY check this entry: its owner's, holding something?
+ */
+static bool
+worker_verify_checks(WorkerReq *req, int index)
+{
+	uint32		generation;
+
+	return worker_hold_owned(index, req->args.owner_id, true, &generation);
+}
+
+/*
+ * Can the request be sent now: is its connection ready?  A VERIFY needs
+ * the connections of the entries it checks.
+ */
+bool
+worker_req_ready(WorkerReq *req)
+{
+	const int  *holds;
+	int			n;
+	int			i;
+
+	if (req->args.op != RLOCK_OP_VERIFY || !rlock_redis_cluster())
+		return rlock_conn_ready(worker_req_conn(req));
+	n = rlock_owners_holds(req->args.owner_id, &holds);
+	for (i = 0; i < n; i++)
+	{
+		if (worker_verify_checks(req, holds[i]) &&
+			!rlock_conn_ready(worker_hold_conn(holds[i])))
+			return false;
+	}
+	return rlock_conn_ready(rlock_redis_command_conn());
+}
+
+/*
+ * The connection a request waits for, for messages: for a VERIFY, the
+ * first of its owner's entries that is not ready.
+ */
+RlockConn *
+worker_req_missing_conn(WorkerReq *req)
+{
+	const int  *holds;
+	int			n;
+	int			i;
+
+	if (req->args.op == RLOCK_OP_VERIFY && rlock_redis_cluster())
+	{
+		n = rlock_owners_holds(req->args.owner_id, &holds);
+		for (i = 0; i < n; i++)
+		{
+			if (worker_verify_checks(req, holds[i]) &&
+				!rlock_conn_ready(worker_hold_conn(holds[i])))
+				return worker_hold_conn(holds[i]);
+		}
+	}
+	return worker_req_conn(req);
+}
+
+/*
+ * Must an acquire for the entry wait?  While an earlier one is on the
+ * wire, always.  When acquisitions are synced they go on a connection of
+ * their own, which orders nothing against the command connection: they
+ * also wait until every release and restatement of the entry was
+ * answered, lest one that Redis runs later undo the grant.  And they wait
+ * for the sync connection.  In a Redis Cluster too: a release on the wire
+ * to a node that answers MOVED is sent again to the new primary, after an
+ * acquire sent there directly once the map had changed.
+ */
+static bool
+worker_acquire_held_back(WorkerReq *req)
+{
+	int			index = req->args.hold;
+	RlockHold  *h = rlock_hold(index);
+	RlockConn  *sync = worker_hold_sync_conn(index);
+	RlockHold	copy;
+	int			ask;
+
+	if (rlock_redis_sync_need(sync, &ask) > 0)
+	{
+		if (worker_sync_blocked(sync))
+			return true;
+
+		/*
+		 * Handed the lock by a release of this instance: that release
+		 * went on the command connection, which orders nothing against
+		 * this one, so the try waits for its answer rather than overtake
+		 * it, find the lock still held and sleep.
+		 */
+		if (req->handed && worker_release_inflight(h->key, h->keylen))
+			return true;
+	}
+	else if (!rlock_redis_cluster())
+		return worker_hold_acquiring(index);
+	rlock_hold_read(index, &copy);
+	return copy.acquiring || copy.queued || copy.resync || copy.unacked > 0 ||
+		copy.to_release > 0;
+}
+
+/*
+ * Is some release covered by a RELEASE, BARRIER or VERIFY request not
+ * answered yet?  RELEASE covers its entry, the others every entry of
+ * their owner.  With "acquiring", only entries with an acquire on the wire
+ * count (such requests are not sent before the releases queued behind
+ * those acquires are).
+ */
+bool
+worker_owner_busy(WorkerReq *req, bool acquiring)
+{
+	const int  *holds;
+	int			n;
+	int			i;
+
+	if (req->args.op == RLOCK_OP_RELEASE)
+		return acquiring ? worker_hold_acquiring(req->args.hold) :
+			!worker_hold_settled(req->args.hold);
+
+	n = rlock_owners_holds(req->args.owner_id, &holds);
+	for (i = 0; i < n; i++)
+	{
+		uint32		generation;
+
+		if (!worker_hold_owned(holds[i], req->args.owner_id, false,
+							   &generation))
+			continue;
+		if (acquiring ? worker_hold_acquiring(holds[i]) :
+			!worker_hold_settled(holds[i]))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A RELEASE request whose release Redis refused: it fails now with what
+ * Redis said, rather than waiting for a release that is sent again only
+ * later, maybe much later (the hold stays queued, and its release goes on
+ * being sent).  True if it was so answered.
+ */
+bool
+worker_release_refused_now(WorkerReq *req)
+{
+	const char *error;
+
+	if (req->args.op != RLOCK_OP_RELEASE ||
+		!worker_release_refused(req->args.hold, &error))
+		return false;
+	worker_complete(req, RLOCK_STATUS_REDIS_ERROR, 0, error);
+	return true;
+}
+
+
+/*
+ * A first acquire that may wait, for a lock that requests of this
+ * instance already wait for, joins their line without trying: the lock
+ * is held, and a hand-off or an unlock message will let it try in turn.
+ * Its timer is the lease end the line's latest busy answer gave (at most
+ * rlock.watchdog_timeout away) or its own deadline, so that a missed
+ * wake-up costs time, not a hang; at its deadline it tries once before it
+ * gives up.
+ */
+static bool
+worker_join_line(WorkerReq *req)
+{
+	RlockHold  *h = rlock_hold(req->args.hold);
+	TimestampTz busy_until;
+	TimestampTz now;
+	TimestampTz retry_at;
+
+	busy_until = rlock_waiters_line(h->key, h->keylen);
+	now = GetCurrentTimestamp();
+	if (busy_until <= now)
+		return false;			/* no line, or the lease may be over */
+	if (req->args.wait_until != 0 && now >= req->args.wait_until)
+		return false;			/* may not wait: it tries */
+
+	req->tried = true;
+	req->line_only = true;
+	req->told_busy = true;
+	rlock_waiters_join(worker_slot_of(req), h->key, h->keylen);
+	worker_set_state(req, REQ_WAITING);
+	worker_mark_busy(req);
+	retry_at = Min(busy_until,
+				   TimestampTzPlusMilliseconds(now, rlock_watchdog_timeout));
+	if (req->args.wait_until != 0)
+		retry_at = Min(retry_at, req->args.wait_until);
+	worker_timer_set(req, retry_at);
+	return true;
+}
+
+static void
+worker_send_acquire(WorkerReq *req)
+{
+	int			slot = worker_slot_of(req);
+	RlockHold  *h = rlock_hold(req->args.hold);
+	RlockKindHold kh;
+	RlockArgs  *args;
+	WorkerCmd  *wc;
+	int32		target;
+	int			ask;
+	RlockConn  *sync = worker_hold_sync_conn(req->args.hold);
+	int			need = rlock_redis_sync_need(sync, &ask);
+	RlockConn  *conn = need > 0 ? sync : worker_hold_conn(req->args.hold);
+
+	/* only the worker changes count: no need to read it under the mutex */
+	if (h->count == 0 && !req->tried && worker_join_line(req))
+		return;
+
+	target = rlock_hold_acquire_begin(req->args.hold);
+	kh.owner_id = h->owner_id;
+	kh.key = h->key;
+	kh.keylen = h->keylen;
+
+	wc = worker_cmd_new(WORKER_CMD_ACQUIRE);
+	wc->slot = slot;
+	wc->seq = req->seq;
+	wc->hold = req->args.hold;
+	wc->target = target;
+	wc->lease_ms = worker_lease(req->args.lease_ms);
+	wc->want_token = req->args.want_token;
+	if (need > 0)
+		worker_sync_join(sync, need, ask, wc);
+	args = worker_args();
+	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh, target,
+									wc->lease_ms, req->args.want_token);
+	req->wakes_seen = rlock_waiters_wakes(slot);
+	req->releases_seen = worker_releases_sent();
+	req->woken = false;
+	req->tried = true;
+	req->line_only = false;
+	req->last_try_at = GetCurrentTimestamp();
+	worker_set_state(req, REQ_INFLIGHT);
+	if (!worker_cmd_send(conn, wc, args))
+	{
+		(void) rlock_hold_refuse(req->args.hold, false, false);
+		worker_make_pending(req);
+	}
+}
+
+/*
+ * Send the verify script over every entry of the request's owner that
+ * holds something, in batches.  The batches of one sending carry its
+ * number, so that a reply to an earlier sending is never counted.
+ */
+static void
+worker_send_verify(WorkerReq *req)
+{
+	WorkerBatcher b;
+	const int  *holds;
+	int			nholds;
+	int			kind;
+	int			i;
+
+	req->attempt++;
+	req->batches = 0;
+	req->lost = 0;
+	worker_set_state(req, REQ_INFLIGHT);
+	nholds = rlock_owners_holds(req->args.owner_id, &holds);
+	/* a batch is one command of one kind, on one connection */
+	for (kind = 0; kind < RLOCK_NKINDS; kind++)
+	{
+		worker_batcher_init(&b, WORKER_CMD_VERIFY, req->args.lease_ms,
+							worker_slot_of(req), req->seq, req->attempt);
+		for (i = 0; i < nholds; i++)
+		{
+			uint32		generation;
+
+			/* an entry in use keeps its kind */
+			if (worker_hold_owned(holds[i], req->args.owner_id, true,
+								  &generation) &&
+				rlock_hold(holds[i])->kind == kind)
+				worker_batcher_add(&b, holds[i], generation);
+		}
+		req->batches += worker_batcher_finish(&b);
+		if (b.failed)
+		{
+			/* the replies of this sending will not count */
+			worker_make_pending(req);
+			return;
+		}
+	}
+	if (req->batches == 0)
+		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
+}
+
+/*
+ * Send a request about a key, or none: EXISTS or PTTL on its key, the
+ * kind's force script for FORCE, or PING for RELEASE and BARRIER
+ * (answered once everything sent before it is).
+ */
+static void
+worker_send_query(WorkerReq *req)
+{
+	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_QUERY);
+	RlockArgs  *args = worker_args();
+
+	switch (req->args.op)
+	{
+		case RLOCK_OP_FORCE:
+			rlock_kinds[RLOCK_KIND_PLAIN]->force(args, &wc->cmd, req->key,
+												 req->args.keylen);
+			break;
+		case RLOCK_OP_HOLDER:
+			rlock_kinds[RLOCK_KIND_PLAIN]->holder(args, &wc->cmd, req->key,
+												  req->args.keylen);
+			break;
+		case RLOCK_OP_EXISTS:
+		case RLOCK_OP_PTTL:
+			rlock_kinds[RLOCK_KIND_PLAIN]->probe(args, &wc->cmd, req->key,
+												 req->args.keylen);
+			break;
+		default:
+			rlock_args_cstr(args, "PING");
+			wc->cmd.shape = RLOCK_SHAPE_PONG;
+			break;
+	}
+	wc->slot = worker_slot_of(req);
+	wc->seq = req->seq;
+	wc->hold = req->args.hold;
+	worker_set_state(req, REQ_INFLIGHT);
+	if (!worker_cmd_send(worker_req_conn(req), wc, args))
+		worker_make_pending(req);
+}
+
+/*
+ * May a pending request be sent now?  Its connection must be ready, and
+ * it waits while an acquire is on the wire for its entry (or, for a
+ * BARRIER or VERIFY, for any entry of its owner): that reply may put
+ * releases ahead of it.
+ */
+bool
+worker_may_send(WorkerReq *req)
+{
+	if (!worker_req_ready(req))
+		return false;
+	if (req->args.op == RLOCK_OP_ACQUIRE ?
+		worker_acquire_held_back(req) :
+		(req->args.op == RLOCK_OP_RELEASE ||
+		 req->args.op == RLOCK_OP_BARRIER ||
+		 req->args.op == RLOCK_OP_VERIFY) &&
+		worker_owner_busy(req, true))
+	{
+		/*
+		 * In a Redis Cluster an acquire also waits for its entry's
+		 * releases to be answered: bounded, should one never be.
+		 */
+		if (req->timer_at == 0 && rlock_redis_cluster())
+			worker_timer_set(req,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 (int64) rlock_command_timeout +
+														 rlock_connect_timeout));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Send a request taken off the pending list.
+ */
+void
+worker_send(WorkerReq *req)
+{
+	if (req->args.op == RLOCK_OP_ACQUIRE)
+		worker_send_acquire(req);
+	else if (req->args.op == RLOCK_OP_VERIFY)
+		worker_send_verify(req);
+	else
+		worker_send_query(req);
+}
+
+/*
+ * The gap a request keeps between tries once it has retried without a
+ * wait RLOCK_QUICK_RETRIES times in a row: doubling from 1 ms, capped.
+ */
+static int
+worker_retry_gap_ms(WorkerReq *req)
+{
+	int			over = req->quick_retries - RLOCK_QUICK_RETRIES;
+
+	if (over < 0)
+		return 0;
+	return over >= 7 ? RLOCK_RETRY_GAP_MAX_MS :
+		Min(1 << over, RLOCK_RETRY_GAP_MAX_MS);
+}
+
+/*
+ * A waiting acquire should try again without waiting: at once, or, when
+ * it has done so too often in a row, after a gap (waiting, so that its
+ * deadline and a wake-up still count).
+ */
+void
+worker_retry_soon(WorkerReq *req)
+{
+	int			gap = worker_retry_gap_ms(req);
+	TimestampTz at;
+
+	req->quick_retries++;
+	if (gap == 0)
+	{
+		worker_make_pending(req);
+		return;
+	}
+	at = TimestampTzPlusMilliseconds(req->last_try_at, gap);
+	if (req->args.wait_until != 0)
+		at = Min(at, req->args.wait_until);
+	if (req->state != REQ_WAITING)
+	{
+		worker_set_state(req, REQ_WAITING);
+		worker_mark_busy(req);
+	}
+	if (req->timer_at == 0 || at < req->timer_at)
+		worker_timer_set(req, at);
+}
+
+/*
+ * A waiting request should try again now.  False if it was not waiting
+ * (its last try is still on the wire, say).  Only moves the request to
+ * the pending list (or, past the quick retries, shortens its timer).
+ */
+bool
+worker_retry(int slot, const char *key, int keylen)
+{
+	WorkerReq  *req = worker_req(slot);
+
+	if (!worker_waiting(slot, key, keylen))
+		return false;
+	req->woken = true;
+	req->handed = (key != NULL);
+	if (req->handed)
+		worker_make_pending(req);	/* the lock is its own: no gap */
+	else
+		worker_retry_soon(req);
+	return true;
+}
+
+/*
+ * Does the request in "slot" wait for a wake-up (neither trying nor about
+ * to)?  With a key, for that key.
+ */
+bool
+worker_waiting(int slot, const char *key, int keylen)
+{
+	WorkerReq  *req = worker_req(slot);
+	RlockHold  *h;
+
+	if (req->state != REQ_WAITING || req->args.op != RLOCK_OP_ACQUIRE)
+		return false;
+	if (key == NULL)
+		return true;
+	h = rlock_hold(req->args.hold);
+	return h->keylen == keylen && memcmp(h->key, key, keylen) == 0;
+}
+
+/*
+ * Is the request in "slot" an acquisition of "key" still to be granted:
+ * waiting, or trying after a wake-up or a hand-off?  Waiters are in a
+ * group only until their grant, so every member of a line is one, but
+ * for the other key ("k" and "{k}" share a channel).
+ */
+bool
+worker_in_line(int slot, const char *key, int keylen)
+{
+	WorkerReq  *req = worker_req(slot);
+	RlockHold  *h;
+
+	if (req->state == REQ_NONE || req->args.op != RLOCK_OP_ACQUIRE)
+		return false;
+	h = rlock_hold(req->args.hold);
+	return h->keylen == keylen && memcmp(h->key, key, keylen) == 0;
+}
+
