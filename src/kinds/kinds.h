@@ -119,4 +119,39 @@ extern const RlockKindMethod *const rlock_kinds[RLOCK_NKINDS];
 
 extern void rlock_kinds_init(void);
 
+/*
+ * Building a kind's commands without asking about the topology (kinds.c).
+ *
+ * A script's keys go in KEYS, so that Redis Cluster routes the command
+ * and follows a redirection.  A channel is declared as a key only outside
+ * a cluster: there a declared channel would make a migrating slot answer
+ * TRYAGAIN, so it goes to ARGV, beside the publish command.  A command
+ * that publishes is built in this order:
+ *
+ *	rlock_kind_script(args, script, nkeys, nchannels);
+ *	the nkeys keys (rlock_args_add), then each channel (rlock_kind_channel);
+ *	the script's own arguments;
+ *	for each channel, rlock_kind_publish.
+ *
+ * and the script publishes with publish.lua's rlock_publish() or
+ * rlock_free(), which read the channel where these functions put it.
+ */
+extern void rlock_kind_script(RlockArgs *args, int script, int nkeys,
+							  int nchannels);
+extern void rlock_kind_channel(RlockArgs *args, const char *channel,
+							   int len);
+extern void rlock_kind_publish(RlockArgs *args, const char *channel,
+							   int len);
+extern void rlock_kind_owner(RlockArgs *args, uint64 owner_id);
+
+/*
+ * A batch (renew, verify) of n holds in the layout batch.lua reads: in a
+ * Redis Cluster the holds of one primary, over many slots, go undeclared;
+ * and what its reply says of hold i.
+ */
+extern void rlock_kind_batch(RlockArgs *args, RlockCmd *cmd, int script,
+							 int64 ms, const RlockKindHold *holds, int n);
+extern RlockBatchResult rlock_kind_batch_result(const RlockReply *reply,
+												int i);
+
 #endif							/* RLOCK_KINDS_H */
