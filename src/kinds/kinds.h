@@ -10,7 +10,7 @@
  * embedded at build time), the commands built from them, the parsing of
  * their replies (worker side) and its SQL functions (backend side, in
  * its folder's sql.c).  Every command a kind builds is idempotent: it
- * names the hold count to leave, never a step (kinds/README.md).
+ * names the amount to leave, never a step (kinds/README.md).
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -24,6 +24,14 @@
 
 #include "redis/redis.h"
 
+/*
+ * How much of a lock an owner holds, in its kind's unit: for a kind
+ * counted by owners (plain) the hold count, re-entries included; for a
+ * kind counted in permits, the permits the owner has.  Commands name the
+ * amount to leave in Redis (0: none), never a step.
+ */
+typedef int32 RlockAmount;
+
 /* One owner's holds on one key, as the commands name them */
 typedef struct RlockKindHold
 {
@@ -35,7 +43,7 @@ typedef struct RlockKindHold
 /* What an acquire's reply says */
 typedef struct RlockAcquired
 {
-	bool		granted;		/* the owner now holds the count asked for */
+	bool		granted;		/* the owner now holds the amount asked for */
 	bool		lost;			/* the owner's earlier holds were gone */
 	int64		value;			/* granted: the fencing token (0: none);
 								 * else the lease left in ms (-1: none,
@@ -47,7 +55,8 @@ typedef enum RlockReleased
 {
 	RLOCK_RELEASED_NOT_HELD,	/* the owner had no hold left */
 	RLOCK_RELEASED_KEPT,		/* holds remain, their lease reset */
-	RLOCK_RELEASED_FREED,		/* the lock is free, waiters were told */
+	RLOCK_RELEASED_FREED,		/* what was given back is free to others,
+								 * and waiters were told */
 	RLOCK_RELEASED_INVALID		/* the reply means nothing */
 } RlockReleased;
 
@@ -75,16 +84,17 @@ typedef struct RlockKindMethod
 	/* worker start: register the scripts */
 	void		(*init) (void);
 
-	/* leave "target" holds of the owner, with a lease; count a token */
+	/* leave the owner holding "amount", with a lease; count a token */
 	void		(*acquire) (RlockArgs *args, RlockCmd *cmd,
-							const RlockKindHold *hold, int32 target,
+							const RlockKindHold *hold, RlockAmount amount,
 							int64 lease_ms, bool want_token);
 	bool		(*acquire_result) (const RlockReply *reply,
 								   RlockAcquired *result);
 
-	/* leave "target" holds (0: free the lock), the rest with a lease */
+	/* leave the owner holding "amount" (0: nothing), what remains with a
+	 * lease */
 	void		(*release) (RlockArgs *args, RlockCmd *cmd,
-							const RlockKindHold *hold, int32 target,
+							const RlockKindHold *hold, RlockAmount amount,
 							int64 lease_ms);
 	RlockReleased (*release_result) (const RlockReply *reply);
 

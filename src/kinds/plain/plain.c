@@ -79,7 +79,7 @@ plain_channel(const char *key, int keylen, int *len)
  */
 static void
 plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
-			  int32 target, int64 lease_ms, bool want_token)
+			  RlockAmount target, int64 lease_ms, bool want_token)
 {
 	rlock_args_script(args, script_acquire, want_token ? 2 : 1);
 	rlock_args_add(args, hold->key, hold->keylen);
@@ -109,7 +109,7 @@ plain_acquire_result(const RlockReply *reply, RlockAcquired *result)
  */
 static void
 plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
-			  int32 target, int64 lease_ms)
+			  RlockAmount target, int64 lease_ms)
 {
 	int			len;
 	char	   *channel = plain_channel(hold->key, hold->keylen, &len);
