@@ -10,11 +10,16 @@
 
 MODULE_big = rlock
 OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c src/*/*/*.c))
+# each folder of Lua scripts (every kind's, the worker's) gets a generated
+# scripts.h; src/kinds/*.lua are the pieces the scripts share
+LUA_DIRS = $(filter-out src/kinds/,$(sort $(dir $(wildcard src/*/*.lua src/kinds/*/*.lua))))
+LUA_HEADERS = $(addsuffix scripts.h,$(LUA_DIRS))
 
 EXTENSION = rlock
 DATA = rlock--1.0.sql rlock--1.0--1.1.sql rlock--1.1--1.2.sql rlock--1.2--1.3.sql \
 	rlock--1.3--1.4.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
+EXTRA_CLEAN = $(LUA_HEADERS)
 
 # The version: rlock.control's default_version, the one place it is
 # written.  A release is named by it with a third part for PGXN and Debian
@@ -73,17 +78,17 @@ endif
 # a change to any header rebuilds every file
 $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 
-# the Lua scripts of a lock kind, as C strings
-LUA_HEADERS = src/kinds/plain/scripts.h src/worker/scripts.h
-EXTRA_CLEAN = $(LUA_HEADERS)
-src/kinds/plain/plain.o src/kinds/plain/plain.bc: src/kinds/plain/scripts.h
-src/kinds/plain/scripts.h: src/kinds/embed-lua $(wildcard src/kinds/plain/*.lua) \
-		src/kinds/shape.lua
-	src/kinds/embed-lua $(filter src/kinds/plain/%.lua,$^) >$@
-# and the worker's own
-src/worker/registry.o src/worker/registry.bc: src/worker/scripts.h
-src/worker/scripts.h: src/kinds/embed-lua $(wildcard src/worker/*.lua)
-	src/kinds/embed-lua $(filter %.lua,$^) >$@
+# The Lua scripts, as C strings (LUA_HEADERS, above): a folder's
+# scripts.h holds its own scripts, with the shared Lua of src/kinds/*.lua
+# spliced in where they name it.  A new kind's folder needs no rule of
+# its own.  Any .lua file changed makes every scripts.h again (it takes no
+# time), and every object waits for every scripts.h, as it does for every
+# header.
+$(OBJS) $(OBJS:.o=.bc): $(LUA_HEADERS)
+$(LUA_HEADERS): %/scripts.h: src/kinds/embed-lua \
+		$(wildcard src/kinds/*.lua $(addsuffix *.lua,$(LUA_DIRS)))
+	src/kinds/embed-lua $(filter $*/%.lua,$^) >$@.tmp || { rm -f $@.tmp; exit 1; }
+	mv $@.tmp $@
 else
 # "make test" and "make demo" install PostgreSQL themselves when it is missing
 all install installcheck:

@@ -10,7 +10,7 @@
  * embedded at build time), the commands built from them, the parsing of
  * their replies (worker side) and its SQL functions (backend side, in
  * its folder's sql.c).  Every command a kind builds is idempotent: it
- * names the hold count to leave, never a step (kinds/README.md).
+ * names the amount to leave, never a step (kinds/README.md).
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -24,6 +24,14 @@
 
 #include "redis/redis.h"
 
+/*
+ * How much of a lock an owner holds, in its kind's unit: for a kind
+ * counted by owners (plain) the hold count, re-entries included; for a
+ * kind counted in permits, the permits the owner has.  Commands name the
+ * amount to leave in Redis (0: none), never a step.
+ */
+typedef int32 RlockAmount;
+
 /* One owner's holds on one key, as the commands name them */
 typedef struct RlockKindHold
 {
@@ -35,7 +43,7 @@ typedef struct RlockKindHold
 /* What an acquire's reply says */
 typedef struct RlockAcquired
 {
-	bool		granted;		/* the owner now holds the count asked for */
+	bool		granted;		/* the owner now holds the amount asked for */
 	bool		lost;			/* the owner's earlier holds were gone */
 	int64		value;			/* granted: the fencing token (0: none);
 								 * else the lease left in ms (-1: none,
@@ -47,7 +55,8 @@ typedef enum RlockReleased
 {
 	RLOCK_RELEASED_NOT_HELD,	/* the owner had no hold left */
 	RLOCK_RELEASED_KEPT,		/* holds remain, their lease reset */
-	RLOCK_RELEASED_FREED,		/* the lock is free, waiters were told */
+	RLOCK_RELEASED_FREED,		/* what was given back is free to others,
+								 * and waiters were told */
 	RLOCK_RELEASED_INVALID		/* the reply means nothing */
 } RlockReleased;
 
@@ -75,16 +84,17 @@ typedef struct RlockKindMethod
 	/* worker start: register the scripts */
 	void		(*init) (void);
 
-	/* leave "target" holds of the owner, with a lease; count a token */
+	/* leave the owner holding "amount", with a lease; count a token */
 	void		(*acquire) (RlockArgs *args, RlockCmd *cmd,
-							const RlockKindHold *hold, int32 target,
+							const RlockKindHold *hold, RlockAmount amount,
 							int64 lease_ms, bool want_token);
 	bool		(*acquire_result) (const RlockReply *reply,
 								   RlockAcquired *result);
 
-	/* leave "target" holds (0: free the lock), the rest with a lease */
+	/* leave the owner holding "amount" (0: nothing), what remains with a
+	 * lease */
 	void		(*release) (RlockArgs *args, RlockCmd *cmd,
-							const RlockKindHold *hold, int32 target,
+							const RlockKindHold *hold, RlockAmount amount,
 							int64 lease_ms);
 	RlockReleased (*release_result) (const RlockReply *reply);
 
@@ -118,5 +128,40 @@ typedef struct RlockKindMethod
 extern const RlockKindMethod *const rlock_kinds[RLOCK_NKINDS];
 
 extern void rlock_kinds_init(void);
+
+/*
+ * Building a kind's commands without asking about the topology (kinds.c).
+ *
+ * A script's keys go in KEYS, so that Redis Cluster routes the command
+ * and follows a redirection.  A channel is declared as a key only outside
+ * a cluster: there a declared channel would make a migrating slot answer
+ * TRYAGAIN, so it goes to ARGV, beside the publish command.  A command
+ * that publishes is built in this order:
+ *
+ *	rlock_kind_script(args, script, nkeys, nchannels);
+ *	the nkeys keys (rlock_args_add), then each channel (rlock_kind_channel);
+ *	the script's own arguments;
+ *	for each channel, rlock_kind_publish.
+ *
+ * and the script publishes with publish.lua's rlock_publish() or
+ * rlock_free(), which read the channel where these functions put it.
+ */
+extern void rlock_kind_script(RlockArgs *args, int script, int nkeys,
+							  int nchannels);
+extern void rlock_kind_channel(RlockArgs *args, const char *channel,
+							   int len);
+extern void rlock_kind_publish(RlockArgs *args, const char *channel,
+							   int len);
+extern void rlock_kind_owner(RlockArgs *args, uint64 owner_id);
+
+/*
+ * A batch (renew, verify) of n holds in the layout batch.lua reads: in a
+ * Redis Cluster the holds of one primary, over many slots, go undeclared;
+ * and what its reply says of hold i.
+ */
+extern void rlock_kind_batch(RlockArgs *args, RlockCmd *cmd, int script,
+							 int64 ms, const RlockKindHold *holds, int n);
+extern RlockBatchResult rlock_kind_batch_result(const RlockReply *reply,
+												int i);
 
 #endif							/* RLOCK_KINDS_H */

@@ -7,12 +7,13 @@
 -- KEYS[1]  the lock
 -- KEYS[2]  its unlock channel (not in a Redis Cluster)
 -- ARGV[1]  the publish command
--- ARGV[2]  in a Redis Cluster: the unlock channel
+-- ARGV[2]  in a Redis Cluster: the unlock channel (see ../publish.lua)
 -- ARGV[3]  in a Redis Cluster: a second publish command, or none
 --
 -- Returns 1 when a lock was removed (and "0" published), 0 when there was
 -- none.
 --@include ../shape.lua
+--@include ../publish.lua
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'none' then
 	return 0
@@ -35,13 +36,5 @@ if mode == 'write' then
 		end
 	end
 end
-redis.call('del', KEYS[1])
-if KEYS[2] then
-	redis.call(ARGV[1], KEYS[2], '0')
-else
-	redis.pcall(ARGV[1], ARGV[2], '0')
-	if ARGV[3] then
-		redis.pcall(ARGV[3], ARGV[2], '0')
-	end
-end
+rlock_free(1)
 return 1

@@ -6,10 +6,13 @@
  * The data is Redisson's layout: a hash at the lock key with one field per
  * owner ("<uuid>:<n>") holding the hold count, and a PEXPIRE lease on the
  * key; plus "mode" = "write", which makes Redisson's read-write locks wait
- * for ours (acquire.lua).  A full release deletes the key and publishes "0" on the lock's
- * channel, which wakes Redisson waiters and ours alike.  The scripts are
- * the .lua files of this folder; unlike Redisson's, they take the hold
- * count to leave rather than a step (see kinds/README.md).
+ * for ours (acquire.lua).  A full release deletes the key and publishes
+ * "0" on the lock's channel, which wakes Redisson waiters and ours alike.
+ * The scripts are the .lua files of this folder, with the Lua that every
+ * kind shares (the .lua files of kinds/); unlike Redisson's, they take
+ * the hold count to leave rather than a step (see kinds/README.md).
+ * Where the channel goes and how a batch is laid out is kinds.c's to say:
+ * nothing here asks which topology Redis serves.
  *
  * Replies are checked for their shape by the connection (redis.h); here
  * only their values are, and a value no script of ours returns makes the
@@ -48,45 +51,27 @@ plain_init(void)
 }
 
 /*
- * Add a name derived from the key (its channel or token counter).
+ * Add the fencing token counter of the key.
  */
 static void
-plain_add_derived(RlockArgs *args, const RlockKindHold *hold, bool channel)
+plain_add_token(RlockArgs *args, const RlockKindHold *hold)
 {
 	char	   *name = palloc(RLOCK_CHANNEL_MAXLEN(hold->keylen));
-	int			len;
 
-	len = channel ? rlock_channel_name(name, hold->key, hold->keylen) :
-		rlock_token_name(name, hold->key, hold->keylen);
-	rlock_args_add(args, name, len);
+	rlock_args_add(args, name, rlock_token_name(name, hold->key, hold->keylen));
 	pfree(name);
 }
 
 /*
- * The publish command for unlock messages, and in a Redis Cluster the
- * channel (in ARGV: a channel is no key) and a second command, when
- * messages go both ways.
+ * The unlock channel of a key, palloc'd, and its length in *len.
  */
-static void
-plain_add_publish(RlockArgs *args, const RlockKindHold *hold)
+static char *
+plain_channel(const char *key, int keylen, int *len)
 {
-	int			pubsub = rlock_redis_pubsub();
+	char	   *channel = palloc(RLOCK_CHANNEL_MAXLEN(keylen));
 
-	rlock_args_cstr(args, (pubsub & RLOCK_PUBSUB_SHARDED) ?
-					"SPUBLISH" : "PUBLISH");
-	if (!rlock_redis_cluster())
-		return;
-	plain_add_derived(args, hold, true);
-	if (pubsub == (RLOCK_PUBSUB_SHARDED | RLOCK_PUBSUB_CLASSIC))
-		rlock_args_cstr(args, "PUBLISH");
-}
-
-static void
-plain_add_owner(RlockArgs *args, uint64 owner_id)
-{
-	char		owner[RLOCK_OWNER_MAXLEN];
-
-	rlock_args_add(args, owner, rlock_owner_name(owner, owner_id));
+	*len = rlock_channel_name(channel, key, keylen);
+	return channel;
 }
 
 /*
@@ -94,14 +79,14 @@ plain_add_owner(RlockArgs *args, uint64 owner_id)
  */
 static void
 plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
-			  int32 target, int64 lease_ms, bool want_token)
+			  RlockAmount target, int64 lease_ms, bool want_token)
 {
 	rlock_args_script(args, script_acquire, want_token ? 2 : 1);
 	rlock_args_add(args, hold->key, hold->keylen);
 	if (want_token)
-		plain_add_derived(args, hold, false);
+		plain_add_token(args, hold);
 	rlock_args_int(args, lease_ms);
-	plain_add_owner(args, hold->owner_id);
+	rlock_kind_owner(args, hold->owner_id);
 	rlock_args_int(args, target);
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
 	cmd->nelements = 2;
@@ -119,24 +104,24 @@ plain_acquire_result(const RlockReply *reply, RlockAcquired *result)
 }
 
 /*
- * EVALSHA release 2 key channel owner target lease PUBLISH, or in a Redis
- * Cluster EVALSHA release 1 key owner target lease (S)PUBLISH channel
- * [PUBLISH]
+ * EVALSHA release 1|2 key [channel] owner target lease publish..., the
+ * channel and the publish commands placed by kinds.c
  */
 static void
 plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
-			  int32 target, int64 lease_ms)
+			  RlockAmount target, int64 lease_ms)
 {
-	bool		cluster = rlock_redis_cluster();
+	int			len;
+	char	   *channel = plain_channel(hold->key, hold->keylen, &len);
 
-	rlock_args_script(args, script_release, cluster ? 1 : 2);
+	rlock_kind_script(args, script_release, 1, 1);
 	rlock_args_add(args, hold->key, hold->keylen);
-	if (!cluster)
-		plain_add_derived(args, hold, true);
-	plain_add_owner(args, hold->owner_id);
+	rlock_kind_channel(args, channel, len);
+	rlock_kind_owner(args, hold->owner_id);
 	rlock_args_int(args, target);
 	rlock_args_int(args, lease_ms);
-	plain_add_publish(args, hold);
+	rlock_kind_publish(args, channel, len);
+	pfree(channel);
 	cmd->shape = RLOCK_SHAPE_INTEGER_OR_NIL;
 }
 
@@ -153,57 +138,14 @@ plain_release_result(const RlockReply *reply)
 }
 
 /*
- * EVALSHA renew|verify n key... ms owner..., or in a Redis Cluster, where
- * the keys are of many slots, EVALSHA renew|verify 0 ms key owner ...
- * (the script answers 2 for a key the node does not serve)
+ * The batches, in kinds.c's layout (batch.lua)
  */
 static void
 plain_batch(RlockArgs *args, RlockCmd *cmd, RlockBatchKind which, int64 ms,
 			const RlockKindHold *holds, int n)
 {
-	int			script = which == RLOCK_BATCH_RENEW ? script_renew :
-		script_verify;
-	int			i;
-
-	/* one key is of one slot: declared, a redirection can follow it */
-	if (rlock_redis_cluster() && n > 1)
-	{
-		rlock_args_script(args, script, 0);
-		rlock_args_int(args, ms);
-		for (i = 0; i < n; i++)
-		{
-			rlock_args_add(args, holds[i].key, holds[i].keylen);
-			plain_add_owner(args, holds[i].owner_id);
-		}
-	}
-	else
-	{
-		rlock_args_script(args, script, n);
-		for (i = 0; i < n; i++)
-			rlock_args_add(args, holds[i].key, holds[i].keylen);
-		rlock_args_int(args, ms);
-		for (i = 0; i < n; i++)
-			plain_add_owner(args, holds[i].owner_id);
-	}
-	cmd->shape = RLOCK_SHAPE_INTEGERS;
-	cmd->nelements = n;
-}
-
-static RlockBatchResult
-plain_batch_result(const RlockReply *reply, int i)
-{
-	switch (reply->element[i]->integer)
-	{
-		case 0:
-			return RLOCK_BATCH_NOT_HELD;
-		case 1:
-			return RLOCK_BATCH_HELD;
-		case 2:
-			/* only a cluster's node says so */
-			return rlock_redis_cluster() ? RLOCK_BATCH_ELSEWHERE :
-				RLOCK_BATCH_INVALID;
-	}
-	return RLOCK_BATCH_INVALID;
+	rlock_kind_batch(args, cmd, which == RLOCK_BATCH_RENEW ? script_renew :
+					 script_verify, ms, holds, n);
 }
 
 /*
@@ -218,18 +160,19 @@ plain_probe(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
 }
 
 /*
- * EVALSHA force 2 key channel PUBLISH
+ * EVALSHA force 1|2 key [channel] publish..., placed by kinds.c
  */
 static void
 plain_force(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
 {
-	RlockKindHold hold = {key, keylen, 0};
+	int			len;
+	char	   *channel = plain_channel(key, keylen, &len);
 
-	rlock_args_script(args, script_force, rlock_redis_cluster() ? 1 : 2);
+	rlock_kind_script(args, script_force, 1, 1);
 	rlock_args_add(args, key, keylen);
-	if (!rlock_redis_cluster())
-		plain_add_derived(args, &hold, true);
-	plain_add_publish(args, &hold);
+	rlock_kind_channel(args, channel, len);
+	rlock_kind_publish(args, channel, len);
+	pfree(channel);
 	cmd->shape = RLOCK_SHAPE_INTEGER;
 }
 
@@ -305,7 +248,7 @@ const RlockKindMethod rlock_kind_plain = {
 	plain_release,
 	plain_release_result,
 	plain_batch,
-	plain_batch_result,
+	rlock_kind_batch_result,
 	plain_probe,
 	plain_force,
 	plain_holder,
