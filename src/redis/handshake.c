@@ -534,6 +534,24 @@ handshake_info_field(const char *info, const char *name, char *buf,
 }
 
 /*
+ * The server's version as rlock_status() shows it: Valkey keeps
+ * redis_version at the Redis release it forked from (7.2.4) and gives its
+ * own in valkey_version, shown as "valkey 8.1.1".
+ */
+static bool
+handshake_info_version(const char *info, char *buf, size_t size)
+{
+	char		valkey[24];
+
+	if (handshake_info_field(info, "valkey_version", valkey, sizeof(valkey)))
+	{
+		snprintf(buf, size, "valkey %s", valkey);
+		return true;
+	}
+	return handshake_info_field(info, "redis_version", buf, size);
+}
+
+/*
  * Close the previous command connection on the server side, if Redis
  * still has it, before anything but the handshake is sent on this one: a
  * command of the old connection that had not reached Redis when the worker
@@ -772,10 +790,12 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 	{
 		case STEP_INFO:
 			if (conn->use == RLOCK_USE_COMMAND &&
-				handshake_info_field(reply->str, "redis_version",
-									 version, sizeof(version)))
+				handshake_info_version(reply->str, version, sizeof(version)))
 				rlock_redis_status_server(version, NULL);
-			if (handshake_info_field(reply->str, "redis_mode",
+			/* Valkey says server_mode where Redis says redis_mode */
+			if (handshake_info_field(reply->str, "server_mode",
+									 mode, sizeof(mode)) ||
+				handshake_info_field(reply->str, "redis_mode",
 									 mode, sizeof(mode)))
 				handshake_refuse_server(conn, mode, NULL);
 			if (!handshake_info_field(reply->str, "run_id", conn->run_id,

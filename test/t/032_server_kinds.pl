@@ -1,6 +1,7 @@
 # Servers rlock cannot keep locks on: a Redis Cluster node (keys of other
 # slots would be answered MOVED) and a Redis Sentinel (no data at all).
-# The handshake finds out (INFO server, redis_mode): the connection is
+# The handshake finds out (INFO server, redis_mode or Valkey's
+# server_mode): the connection is
 # not made ready, rlock_status() says why, requests fail with 58030 and
 # the reason within rlock.connect_timeout, and pointing rlock.host at a
 # plain Redis is enough to recover.  (A replica is refused the same way:
@@ -84,6 +85,11 @@ SKIP:
 $node->append_conf('postgresql.conf', 'rlock.port = ' . $redis->rlock_port . "\n");
 $node->reload;
 ok(RlockTest::wait_for_redis($node, 10), 'pointed at a standalone Redis, locks work');
+# Valkey's own version, not the Redis release it keeps in redis_version
+my $info = $redis->cmd('INFO', 'server');
+my $version = $info =~ /^valkey_version:(\S+)/m ? "valkey $1" : ($info =~ /^redis_version:(\S+)/m)[0];
+is($node->safe_psql('postgres', 'SELECT redis_version FROM rlock_status()'),
+	$version, "rlock_status() shows the server's version ($version)");
 
 $node->stop;
 done_testing();
