@@ -2,11 +2,13 @@
  *
  * args.c
  *		Building a command: its arguments are added one by one and copied,
- *		with their lengths, so no caller counts bytes; the connection turns
- *		them into RESP (conn.c, with hiredis's formatter).
+ *		with their lengths, so no caller counts bytes; and the command in
+ *		RESP, as it goes on the wire.
  *
  * A builder is reused command after command; its memory grows to the
- * largest command built and stays.
+ * largest command built and stays.  A connection appends the RESP of
+ * each command it queues to its output buffer (rlock_args_format), the
+ * same bytes hiredis's formatter makes: an array of bulk strings.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -88,4 +90,30 @@ rlock_args_script(RlockArgs *args, int script, int nkeys)
 	rlock_args_cstr(args, "EVALSHA");
 	rlock_args_add(args, rlock_script_sha(script), RLOCK_SHA1_HEX_LEN);
 	rlock_args_int(args, nkeys);
+}
+
+/*
+ * Append the command to "out" in RESP: "*<argc>", then "$<length>" and
+ * the bytes of each argument, every line ending in CRLF.
+ */
+void
+rlock_args_format(const RlockArgs *args, StringInfo out)
+{
+	char		line[32];
+	int			i;
+
+	Assert(args->argc > 0);
+	appendBinaryStringInfo(out, line,
+						   snprintf(line, sizeof(line), "*%d\r\n", args->argc));
+	for (i = 0; i < args->argc; i++)
+	{
+		Assert(args->offsets[i] >= 0 && args->lens[i] >= 0 &&
+			   args->offsets[i] + args->lens[i] <= args->buf.len);
+		appendBinaryStringInfo(out, line,
+							   snprintf(line, sizeof(line), "$%d\r\n",
+										args->lens[i]));
+		appendBinaryStringInfo(out, args->buf.data + args->offsets[i],
+							   args->lens[i]);
+		appendBinaryStringInfo(out, "\r\n", 2);
+	}
 }

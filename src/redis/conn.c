@@ -47,8 +47,6 @@
  */
 #include "postgres.h"
 
-#include <hiredis/hiredis.h>
-
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
@@ -110,11 +108,6 @@ static bool wait_set_stale = true;
 /* The wait event the worker shows while it waits (compat.h) */
 static uint32 wait_event = 0;
 static char *read_buf;
-
-/* Room for the arguments of the command being formatted */
-static const char **format_argv = NULL;
-static size_t *format_lens = NULL;
-static int	format_max = 0;
 
 /* Send a PING on the idle command connection (rlock_redis_keepalive) */
 static bool keepalive = false;
@@ -1244,42 +1237,14 @@ rlock_conn_became_ready(RlockConn *conn)
 bool
 rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 {
-	char	   *formatted;
-	int			len;
-	int			i;
+	int			start = conn->out.len;
 
 	if (!conn_writable(conn))
 		return false;
 	/* a Redis Cluster primary's connection in use is kept */
 	if (conn->node != NULL && !cmd->internal)
 		conn->used_at = GetCurrentTimestamp();
-	if (format_max < args->argc)
-	{
-		format_max = Max(args->argc, 2 * format_max);
-		if (format_argv != NULL)
-		{
-			pfree(format_argv);
-			pfree(format_lens);
-		}
-		format_argv = MemoryContextAlloc(rlock_redis_context,
-										 sizeof(char *) * format_max);
-		format_lens = MemoryContextAlloc(rlock_redis_context,
-										 sizeof(size_t) * format_max);
-	}
-	for (i = 0; i < args->argc; i++)
-	{
-		format_argv[i] = args->buf.data + args->offsets[i];
-		format_lens[i] = args->lens[i];
-	}
-	len = redisFormatCommandArgv(&formatted, args->argc, format_argv,
-								 format_lens);
-	if (len < 0)
-	{
-		rlock_conn_set_error(conn, "out of memory while formatting a command");
-		conn_mark_failed(conn);
-		return false;
-	}
-	appendBinaryStringInfo(&conn->out, formatted, len);
+	rlock_args_format(args, &conn->out);
 
 	/* a cluster may redirect it: keep it as sent */
 	cmd->wire = NULL;
@@ -1290,11 +1255,10 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 	if (conn->node != NULL && conn->state == RLOCK_CONN_READY &&
 		!cmd->internal)
 	{
-		cmd->wire = MemoryContextAlloc(rlock_redis_context, len);
-		memcpy(cmd->wire, formatted, len);
-		cmd->wirelen = len;
+		cmd->wirelen = conn->out.len - start;
+		cmd->wire = MemoryContextAlloc(rlock_redis_context, cmd->wirelen);
+		memcpy(cmd->wire, conn->out.data + start, cmd->wirelen);
 	}
-	redisFreeCommand(formatted);
 
 	cmd->sent_at = GetCurrentTimestamp();
 	cmd->send_seq = ++conn->sends;

@@ -51,6 +51,10 @@
  */
 #define RLOCK_OUT_MAX				(4 * 1024 * 1024)
 
+/*---- args.c: a command in RESP ----*/
+
+extern void rlock_args_format(const RlockArgs *args, StringInfo out);
+
 /*---- reply.c: reading replies within the limits ----*/
 
 typedef enum RlockReaderFault
