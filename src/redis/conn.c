@@ -80,8 +80,6 @@
 /* The output buffer is compacted once this much of it was written */
 #define RLOCK_OUT_COMPACT		(64 * 1024)
 
-MemoryContext rlock_redis_context = NULL;
-
 static const RlockConnEvents *events;
 static RlockServer *server = NULL;	/* the data node: the primary */
 static RlockConn *conns[RLOCK_NUSES];	/* by RlockConnUse; the data
@@ -112,89 +110,16 @@ static char *read_buf;
 /* Send a PING on the idle command connection (rlock_redis_keepalive) */
 static bool keepalive = false;
 
-/* Causes of dropped connections logged already */
-static bool violation_logged[RLOCK_NVIOLATIONS];
-
-/* What rlock_status() shows, and whether it changed since published */
-static bool status_dirty = true;
-static char redis_version[32];
-static char redis_role[16];
-static char last_error[RLOCK_DETAIL_LEN];
-static TimestampTz last_error_at = 0;
-
 /* Replicas confirming acquisitions: the latest WAIT's answer (-1: none
  * yet), the latest acquisition undone for want of them */
 static int	sync_acks = -1;
 static char sync_failure[RLOCK_DETAIL_LEN];
 static TimestampTz sync_failure_at = 0;
 
-/* Logged already: ROLE refused (INFO replication asked instead), and the
- * replicas not known at all */
-static bool role_refused_logged = false;
-static bool replicas_refused_warned = false;
-
 static void conn_close(RlockConn *conn, const char *reason, bool first_cause);
 static bool conn_wanted(RlockConn *conn, const char **why);
 
 /*---- status ----*/
-
-/*
- * Remember an error for rlock_status(): a connection failure or an error
- * reply from Redis.
- */
-void
-rlock_redis_status_error(const char *msg)
-{
-	strlcpy(last_error, msg, sizeof(last_error));
-	last_error_at = GetCurrentTimestamp();
-	status_dirty = true;
-}
-
-/*
- * The server's version (from INFO) or role (from ROLE) became known; NULL
- * leaves one as it is, "" makes it unknown.
- */
-void
-rlock_redis_status_server(const char *version, const char *role)
-{
-	if (version != NULL)
-		strlcpy(redis_version, version, sizeof(redis_version));
-	if (role != NULL)
-		strlcpy(redis_role, role, sizeof(redis_role));
-	status_dirty = true;
-}
-
-/*
- * Redis refused ROLE on "conn" ("both": and INFO replication too), which
- * tell the primary's replicas.  Said once in the log: with INFO rlock
- * counts them as well; without either, rlock.sync_replicas = auto cannot,
- * and acquisitions are not confirmed by replicas (rlock_status() shows
- * it while it lasts).
- */
-void
-rlock_redis_status_sync_note(RlockConn *conn, const char *error, bool both)
-{
-	if (!both && !role_refused_logged)
-	{
-		role_refused_logged = true;
-		ereport(LOG,
-				(errmsg("rlock counts the replicas of Redis at %s with INFO replication: ROLE was refused",
-						conn->server->address),
-				 errdetail_internal("%s", error)));
-	}
-	if (both && !replicas_refused_warned &&
-		rlock_sync_replicas == RLOCK_SYNC_AUTO)
-	{
-		replicas_refused_warned = true;
-		ereport(WARNING,
-				(errmsg("rlock cannot tell whether Redis at %s has replicas: ROLE and INFO replication were refused",
-						conn->server->address),
-				 errdetail("With rlock.sync_replicas = auto, acquisitions are not confirmed by replicas while this lasts. Redis said: %s",
-						   error),
-				 errhint("Allow the Redis user rlock connects as ROLE or INFO, or set rlock.sync_replicas to the number of replicas that must confirm.")));
-	}
-	status_dirty = true;
-}
 
 /*
  * An acquisition was undone: too few replicas confirmed it.  rlock_status()
@@ -205,7 +130,7 @@ rlock_redis_sync_failed(const char *detail)
 {
 	strlcpy(sync_failure, detail, sizeof(sync_failure));
 	sync_failure_at = GetCurrentTimestamp();
-	status_dirty = true;
+	rlock_redis_status_touch();
 }
 
 /*
@@ -238,15 +163,6 @@ status_sync_wait(char *buf, size_t size, RlockConn *sync)
 }
 
 /*
- * Something rlock_status() shows changed: publish at the end of the pass.
- */
-void
-rlock_redis_status_touch(void)
-{
-	status_dirty = true;
-}
-
-/*
  * Copy the state of the connections into shared memory, if it changed.
  * "channels" is the number of channels the worker is subscribed to.
  */
@@ -261,12 +177,13 @@ rlock_redis_status_publish(int channels)
 	int			sync_state = conn_wanted(sync, &why) ||
 		sync->state != RLOCK_CONN_DOWN ? (int) sync->state : -1;
 
-	if (!status_dirty && !rlock_redis_cluster() &&
+	if (!rlock_redis_status_changed() && !rlock_redis_cluster() &&
 		st->cmd_state == (int) cmd->state &&
 		st->sub_state == (int) sub->state && st->channels == channels &&
 		st->sync_state == sync_state)
 		return;
-	if (!status_dirty && rlock_redis_cluster() && st->channels == channels)
+	if (!rlock_redis_status_changed() && rlock_redis_cluster() &&
+		st->channels == channels)
 	{
 		/* the states of many connections: compare what would be shown */
 		RlockWorkerStatus now;
@@ -276,18 +193,13 @@ rlock_redis_status_publish(int channels)
 			now.sync_state == st->sync_state)
 			return;
 	}
-	status_dirty = false;
-
 	rlock_status_begin_write();
+	rlock_redis_status_take(st);
 	st->cmd_state = cmd->state;
 	st->sub_state = sub->state;
 	st->cmd_since = cmd->since;
 	st->sub_since = sub->since;
 	strlcpy(st->address, server->address, sizeof(st->address));
-	strlcpy(st->redis_version, redis_version, sizeof(st->redis_version));
-	strlcpy(st->redis_role, redis_role, sizeof(st->redis_role));
-	strlcpy(st->last_error, last_error, sizeof(st->last_error));
-	st->last_error_at = last_error_at;
 	st->channels = channels;
 	st->topology = rlock_topology;
 	st->sync_state = sync_state;
@@ -312,68 +224,6 @@ rlock_redis_status_publish(int channels)
 
 /*---- settings and setup ----*/
 
-char *
-rlock_redis_strdup(const char *s)
-{
-	return MemoryContextStrdup(rlock_redis_context, s ? s : "");
-}
-#define conn_strdup rlock_redis_strdup
-
-/*
- * A data server: host and port as given (empty: named later), the rest
- * (user, password, database, TLS) from rlock.* as for a standalone server.
- */
-static void
-server_configure_at(RlockServer *srv, const char *host, int port,
-					const char *unix_socket)
-{
-	srv->host = conn_strdup(host);
-	srv->port = port;
-	srv->unix_socket = conn_strdup(unix_socket);
-	srv->database = rlock_database;
-	srv->username = conn_strdup(rlock_username);
-	srv->password_file = conn_strdup(rlock_password_file);
-	srv->tls = rlock_tls;
-	srv->tls_ca_file = conn_strdup(rlock_tls_ca_file);
-	srv->tls_cert_file = conn_strdup(rlock_tls_cert_file);
-	srv->tls_key_file = conn_strdup(rlock_tls_key_file);
-	srv->tls_server_name = conn_strdup(rlock_tls_server_name);
-	if (srv->unix_socket[0] != '\0')
-		snprintf(srv->address, sizeof(srv->address), "unix:%s",
-				 srv->unix_socket);
-	else
-		rlock_format_address(srv->address, sizeof(srv->address),
-							 srv->host, srv->port);
-	srv->resolved[0] = '\0';
-	srv->resolve_error[0] = '\0';
-	srv->resolve_stale = srv->resolving;
-	srv->tls_unix_logged = false;
-}
-
-/*
- * A Redis Cluster node's server.
- */
-void
-rlock_server_configure_node(RlockServer *srv, const char *host, int port)
-{
-	server_configure_at(srv, host, port, "");
-}
-
-/*
- * Point a server at another address (a failover, the next seed).
- */
-void
-rlock_server_set_address(RlockServer *srv, const char *host, int port)
-{
-	pfree(srv->host);
-	srv->host = conn_strdup(host);
-	srv->port = port;
-	srv->resolved[0] = '\0';
-	/* a lookup of the old name still running is not used */
-	srv->resolve_stale = srv->resolving;
-	rlock_format_address(srv->address, sizeof(srv->address), host, port);
-}
-
 /*
  * The data node from the settings.  With Sentinel, its address comes
  * from the Sentinels later (rlock_redis_master_moved); in a Redis Cluster
@@ -383,10 +233,10 @@ static void
 server_configure(RlockServer *srv)
 {
 	if (rlock_topology == RLOCK_TOPOLOGY_STANDALONE)
-		server_configure_at(srv, rlock_host, rlock_port, rlock_unix_socket);
+		rlock_server_configure(srv, rlock_host, rlock_port, rlock_unix_socket);
 	else
 	{
-		server_configure_at(srv, "", 0, "");
+		rlock_server_configure(srv, "", 0, "");
 		if (rlock_topology == RLOCK_TOPOLOGY_CLUSTER)
 			strlcpy(srv->address, "(Redis Cluster)", sizeof(srv->address));
 		else
@@ -397,7 +247,7 @@ server_configure(RlockServer *srv)
 	configured_topology = rlock_topology;
 	if (configured_nodes != NULL)
 		pfree(configured_nodes);
-	configured_nodes = conn_strdup(rlock_nodes);
+	configured_nodes = rlock_redis_strdup(rlock_nodes);
 }
 
 static bool
@@ -422,23 +272,6 @@ server_settings_changed(RlockServer *srv)
 		strcmp(srv->tls_cert_file, rlock_tls_cert_file) != 0 ||
 		strcmp(srv->tls_key_file, rlock_tls_key_file) != 0 ||
 		strcmp(srv->tls_server_name, rlock_tls_server_name) != 0;
-}
-
-/*
- * Free what server_configure() (or sentinel.c for a Sentinel) copied from
- * the settings.
- */
-void
-rlock_server_forget(RlockServer *srv)
-{
-	pfree(srv->host);
-	pfree(srv->unix_socket);
-	pfree(srv->username);
-	pfree(srv->password_file);
-	pfree(srv->tls_ca_file);
-	pfree(srv->tls_cert_file);
-	pfree(srv->tls_key_file);
-	pfree(srv->tls_server_name);
 }
 
 /*
@@ -730,12 +563,12 @@ rlock_redis_sync_acks(RlockConn *sync, int acks)
 	if (acks != sync_acks)
 	{
 		sync_acks = acks;
-		status_dirty = true;
+		rlock_redis_status_touch();
 	}
 	if (acks > sync->replicas && sync->state == RLOCK_CONN_READY)
 	{
 		sync->replicas = acks;
-		status_dirty = true;
+		rlock_redis_status_touch();
 	}
 }
 
@@ -761,7 +594,7 @@ rlock_redis_master_moved(const char *host, int port)
 		}
 		conn_start_over(conn);
 	}
-	status_dirty = true;
+	rlock_redis_status_touch();
 }
 
 /*
@@ -777,7 +610,7 @@ rlock_redis_reload(void)
 	const char *why;
 
 	/* not a connection setting: only whether the sync connections are used */
-	status_dirty = true;
+	rlock_redis_status_touch();
 	for (i = 0; i < nall; i++)
 	{
 		if (all[i]->use == RLOCK_USE_SYNC && !conn_wanted(all[i], &why) &&
@@ -805,7 +638,7 @@ rlock_redis_reload(void)
 	rlock_router_configure();
 	conns[RLOCK_USE_SENTINEL]->server = rlock_sentinel_server();
 	conns[RLOCK_USE_WATCH]->server = rlock_sentinel_server();
-	status_dirty = true;
+	rlock_redis_status_touch();
 	for (i = 0; i < nall; i++)
 		conn_start_over(all[i]);
 }
@@ -839,78 +672,6 @@ const char *
 rlock_conn_error(RlockConn *conn)
 {
 	return conn->error[0] ? conn->error : "not connected";
-}
-
-void
-rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	vsnprintf(conn->error, sizeof(conn->error), fmt, ap);
-	va_end(ap);
-	rlock_redis_status_error(conn->error);
-}
-
-/*
- * The connection cannot be used any more: drop it at the next tick.
- * Whoever calls this has said why in conn->error (the first reason
- * given is the one kept: see rlock_conn_violation).
- */
-static void
-conn_mark_failed(RlockConn *conn)
-{
-	conn->failed = true;
-}
-
-/*
- * The connection cannot go on: Redis refused part of the handshake, or a
- * file it needs cannot be read.  "reason" (if not NULL) says why.
- */
-void
-rlock_conn_give_up(RlockConn *conn, const char *reason)
-{
-	if (conn->failed)
-		return;
-	if (reason != NULL)
-		rlock_conn_set_error(conn, "%s", reason);
-	conn_mark_failed(conn);
-}
-
-/*
- * A reply handler found a reply that makes no sense (a subscribe
- * confirmation for another channel, say): treat it as a protocol
- * violation.
- */
-void
-rlock_conn_fail(RlockConn *conn, const char *what)
-{
-	rlock_conn_violation(conn, RLOCK_VIOLATION_SHAPE, what);
-}
-
-/*
- * Redis sent something it never would: drop the connection, and log the
- * first time for each cause (a broken proxy does it again and again;
- * rlock_status() shows the latest).
- */
-void
-rlock_conn_violation(RlockConn *conn, RlockViolation why, const char *detail)
-{
-	if (conn->failed)
-		return;					/* the first failure is the one to report */
-	rlock_conn_set_error(conn, "%s", detail);
-	conn_mark_failed(conn);
-	/* the outage this starts is logged here, or was logged before */
-	conn->quiet_drop = true;
-	if (!violation_logged[why])
-	{
-		violation_logged[why] = true;
-		conn->ready_logged = false; /* and its end will be */
-		ereport(LOG,
-				(errmsg("rlock dropped its %s connection to Redis at %s: %s",
-						conn->role, conn->server->address, detail),
-				 errdetail("Redis, or something between rlock and Redis, sent what Redis never sends; rlock connects again.  Later drops for the same cause are not logged.")));
-	}
 }
 
 /*---- connection life cycle ----*/
@@ -1060,8 +821,8 @@ rlock_conn_subscribed(RlockConn *conn)
  * primary's, made for commands that are answered).  True if one was
  * closed, and so a descriptor freed.
  */
-bool
-rlock_conn_reclaim(RlockConn *asking)
+static bool
+conn_reclaim(RlockConn *asking)
 {
 	RlockConn  *oldest = NULL;
 	int			i;
@@ -1116,7 +877,7 @@ conn_opened(RlockConn *conn)
 	if (conn->reader == NULL)
 	{
 		rlock_conn_set_error(conn, "out of memory");
-		conn_mark_failed(conn);
+		rlock_conn_give_up(conn, NULL);
 		return;
 	}
 	{
@@ -1179,20 +940,8 @@ conn_start(RlockConn *conn, TimestampTz now)
 	conn->failed = false;
 	conn->io_want = 0;
 	wait_set_stale = true;
-	if (!rlock_socket_open(conn))
+	if (!rlock_socket_open(conn, conn_reclaim))
 		conn_closed(conn);
-}
-
-/*
- * Has this connection sent commands and heard nothing back yet?  A server
- * that closes it then most likely refused it outright (a TLS port, a
- * client certificate it wanted).
- */
-bool
-rlock_conn_unanswered(RlockConn *conn)
-{
-	return conn->state == RLOCK_CONN_HANDSHAKE && conn->sends > 0 &&
-		conn->handshake == (int) conn->sends;
 }
 
 /*
@@ -1206,7 +955,7 @@ rlock_conn_became_ready(RlockConn *conn)
 	conn->state = RLOCK_CONN_READY;
 	conn->fence_owed = false;	/* the handshake closed the old one */
 	conn->ready_at = conn->since = GetCurrentTimestamp();
-	status_dirty = true;
+	rlock_redis_status_touch();
 	conn->error[0] = '\0';
 	if (conn->ever_ready)
 		rlock_count(RLOCK_STAT_RECONNECTS, 1);
@@ -1315,7 +1064,7 @@ conn_write(RlockConn *conn)
 								   conn->out.len - conn->out_pos);
 		if (n < 0)
 		{
-			conn_mark_failed(conn);
+			rlock_conn_give_up(conn, NULL);
 			return;
 		}
 		if (n == 0)
@@ -1519,7 +1268,7 @@ conn_read(RlockConn *conn)
 		n = conn->transport->read(conn, read_buf, RLOCK_READ_CHUNK);
 		if (n < 0)
 		{
-			conn_mark_failed(conn);
+			rlock_conn_give_up(conn, NULL);
 			return;
 		}
 		if (n == 0)
@@ -1584,7 +1333,7 @@ conn_io(RlockConn *conn)
 	{
 		case RLOCK_CONN_CONNECTING:
 			if (!rlock_socket_connected(conn))
-				conn_mark_failed(conn);
+				rlock_conn_give_up(conn, NULL);
 			else
 				conn_opened(conn);
 			if (conn->state != RLOCK_CONN_SECURING || conn->failed)
@@ -1594,7 +1343,7 @@ conn_io(RlockConn *conn)
 			conn->io_want = 0;
 			step = conn->transport->open(conn);
 			if (step == RLOCK_OPEN_FAILED)
-				conn_mark_failed(conn);
+				rlock_conn_give_up(conn, NULL);
 			else if (step == RLOCK_OPEN_DONE)
 			{
 				conn->state = RLOCK_CONN_HANDSHAKE;

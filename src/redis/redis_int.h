@@ -266,17 +266,31 @@ struct RlockConn
 	void	   *worker_data;	/* the worker's, see rlock_conn_worker_data */
 };
 
-/* conn.c */
-extern MemoryContext rlock_redis_context;
+/* status.c: why a connection failed, and the record rlock_status() shows */
 extern void rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
 			pg_attribute_printf(2, 3);
 extern void rlock_conn_violation(RlockConn *conn, RlockViolation why,
 								 const char *detail);
 extern bool rlock_conn_unanswered(RlockConn *conn);
-extern void rlock_conn_became_ready(RlockConn *conn);
 extern void rlock_redis_status_server(const char *version, const char *role);
 extern void rlock_redis_status_sync_note(RlockConn *conn, const char *error,
 										 bool both);
+extern bool rlock_redis_status_changed(void);
+extern void rlock_redis_status_take(RlockWorkerStatus *st);
+
+/* server.c: servers from the settings, the layer's memory */
+extern MemoryContext rlock_redis_context;
+extern char *rlock_redis_strdup(const char *s);
+extern void rlock_server_configure(RlockServer *srv, const char *host,
+								   int port, const char *unix_socket);
+extern void rlock_server_configure_node(RlockServer *srv, const char *host,
+										int port);
+extern void rlock_server_set_address(RlockServer *srv, const char *host,
+									 int port);
+extern void rlock_server_forget(RlockServer *srv);
+
+/* conn.c */
+extern void rlock_conn_became_ready(RlockConn *conn);
 
 /* handshake.c */
 extern void rlock_handshake_begin(RlockConn *conn);
@@ -284,7 +298,8 @@ extern void rlock_handshake_ping(RlockConn *conn);
 extern void rlock_handshake_publish_id(RlockConn *conn);
 
 /* transport.c */
-extern bool rlock_socket_open(RlockConn *conn);
+extern bool rlock_socket_open(RlockConn *conn,
+							  bool (*reclaim) (RlockConn *asking));
 extern bool rlock_socket_connected(RlockConn *conn);
 extern void rlock_socket_close(RlockConn *conn);
 extern void rlock_resolve_start(RlockServer *srv);
@@ -334,7 +349,6 @@ typedef struct RlockNode
 
 /* conn.c: what the router asks of the connections */
 extern bool rlock_conn_subscribed(RlockConn *conn);
-extern bool rlock_conn_reclaim(RlockConn *asking);
 
 /* router.c */
 extern void rlock_router_configure(void);
@@ -360,10 +374,6 @@ extern RlockConn *rlock_conn_create(RlockServer *srv, RlockConnUse use);
 extern bool rlock_conn_resend(RlockConn *conn, RlockCmd *cmd);
 extern void rlock_conn_answer(RlockConn *conn, RlockCmd *cmd,
 							  const RlockReply *reply);
-extern void rlock_server_configure_node(RlockServer *srv, const char *host,
-										int port);
-extern void rlock_server_set_address(RlockServer *srv, const char *host,
-									 int port);
 extern RlockNode *rlock_node_create(const char *host, int port, int index);
 extern bool rlock_node_idle(RlockNode *node);
 extern void rlock_node_move(RlockNode *node, const char *host, int port);
@@ -389,8 +399,6 @@ extern void rlock_sentinel_status(RlockWorkerStatus *st);
 /* conn.c, for sentinel.c */
 extern RlockConn *rlock_redis_conn(RlockConnUse use);
 extern void rlock_redis_master_moved(const char *host, int port);
-extern char *rlock_redis_strdup(const char *s);
-extern void rlock_server_forget(RlockServer *srv);
 
 /* handshake.c, for the sync connection */
 extern void rlock_handshake_role(RlockConn *conn);
