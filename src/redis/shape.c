@@ -3,7 +3,8 @@
  * shape.c
  *		What a reply read from Redis is: whether it fits the command it
  *		answers, what an error means to the sender, which pushes a
- *		subscriber connection gets, and a few words for messages.
+ *		subscriber connection gets, a host or a port it names, and a few
+ *		words for messages.
  *
  * Everything here looks at a reply the reader (reply.c) built within its
  * limits, and at nothing else: no connection, no state.  Errors fit
@@ -18,6 +19,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <ctype.h>
 
 #include "redis/redis_int.h"
 
@@ -128,6 +131,49 @@ rlock_reply_fits(const RlockReply *reply, RlockShape shape, int n)
 			return reply_is_confirmation(reply, "sunsubscribe", true);
 	}
 	return false;
+}
+
+/*
+ * A host as a reply names it (a Sentinel's answer): an address or a host
+ * name in a bulk string, nothing that could be anything else.
+ */
+bool
+rlock_reply_is_host(const RlockReply *r)
+{
+	int			i;
+
+	if (r->type != RLOCK_REPLY_STRING || r->len == 0 || r->len >= NI_MAXHOST)
+		return false;
+	for (i = 0; i < r->len; i++)
+	{
+		unsigned char c = (unsigned char) r->str[i];
+
+		if (!(isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_' ||
+			  c == '%'))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * A port as a reply names it, in a bulk string: 1 to 65535, or 0 when it
+ * is no port.
+ */
+int
+rlock_reply_port(const RlockReply *r)
+{
+	int			port = 0;
+	int			i;
+
+	if (r->type != RLOCK_REPLY_STRING || r->len == 0 || r->len > 5)
+		return 0;
+	for (i = 0; i < r->len; i++)
+	{
+		if (!isdigit((unsigned char) r->str[i]))
+			return 0;
+		port = port * 10 + (r->str[i] - '0');
+	}
+	return (port >= 1 && port <= 65535) ? port : 0;
 }
 
 /*
