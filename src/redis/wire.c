@@ -74,6 +74,19 @@ rlock_conn_ready(RlockConn *conn)
 /*---- sending ----*/
 
 /*
+ * A command's bytes are in the output buffer: it waits for its answer,
+ * after those sent before it.
+ */
+static void
+conn_queued(RlockConn *conn, RlockCmd *cmd)
+{
+	cmd->sent_at = GetCurrentTimestamp();
+	cmd->send_seq = ++conn->sends;
+	conn->last_sent_at = cmd->sent_at;
+	dlist_push_tail(&conn->inflight, &cmd->node);
+}
+
+/*
  * Queue a command.  False if the connection cannot take it (the caller
  * keeps the command).  Nothing is written until rlock_redis_flush() or
  * the next writeable event, so commands queued in one pass of the worker
@@ -105,11 +118,7 @@ rlock_conn_send(RlockConn *conn, RlockCmd *cmd, const RlockArgs *args)
 		cmd->wire = MemoryContextAlloc(rlock_redis_context, cmd->wirelen);
 		memcpy(cmd->wire, conn->out.data + start, cmd->wirelen);
 	}
-
-	cmd->sent_at = GetCurrentTimestamp();
-	cmd->send_seq = ++conn->sends;
-	conn->last_sent_at = cmd->sent_at;
-	dlist_push_tail(&conn->inflight, &cmd->node);
+	conn_queued(conn, cmd);
 	return true;
 }
 
@@ -126,10 +135,7 @@ rlock_conn_resend(RlockConn *conn, RlockCmd *cmd)
 		return false;
 	Assert(cmd->wirelen > 0);
 	appendBinaryStringInfo(&conn->out, cmd->wire, cmd->wirelen);
-	cmd->sent_at = GetCurrentTimestamp();
-	cmd->send_seq = ++conn->sends;
-	conn->last_sent_at = cmd->sent_at;
-	dlist_push_tail(&conn->inflight, &cmd->node);
+	conn_queued(conn, cmd);
 	return true;
 }
 
