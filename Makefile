@@ -106,8 +106,8 @@ FUZZ_CFLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
 	-I $(shell $(PG_CONFIG) --includedir-server)
 
 $(FUZZ_OUT)/fuzz_reply: test/fuzz/fuzz_reply.c test/fuzz/shims.c \
-		src/redis/reply.c src/redis/cluster.c src/redis/redis_int.h \
-		src/redis/redis.h
+		src/redis/reply.c src/redis/shape.c src/redis/cluster.c \
+		src/redis/redis_int.h src/redis/redis.h
 	@mkdir -p $(@D)
 	clang $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) \
 		$(PGPORT_LIB) -lhiredis

@@ -2,7 +2,8 @@
  *
  * cluster.c
  *		A Redis Cluster's slot map, read from CLUSTER SHARDS (Redis 7.0
- *		and later) or CLUSTER SLOTS (before).
+ *		and later) or CLUSTER SLOTS (before), and the redirections MOVED
+ *		and ASK.
  *
  * The map says which primary serves each of the 16384 slots, and where
  * to reach it.  Everything in the reply is checked as untrusted input: a
@@ -29,6 +30,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <ctype.h>
 
 #include "redis/redis_int.h"
 
@@ -373,6 +376,61 @@ rlock_cluster_map_from_slots(const RlockReply *reply, const char *seed_host,
 		if (!cluster_assign(map, range->element[0]->integer,
 							range->element[1]->integer, owner, error, errlen))
 			return false;
+	}
+	return true;
+}
+
+/*
+ * Read "<slot> <host>:<port>" after MOVED or ASK, as untrusted as the
+ * map: a slot below 16384, a port from 1 to 65535, a host of printable
+ * bytes that fits "hostsize".  The host may be empty (Redis does not
+ * know the address it is reached by: "from_host", the one the reply came
+ * from, is meant) and may hold colons (IPv6).  False if it is not so.
+ */
+bool
+rlock_cluster_parse_redirect(const char *s, int len, const char *from_host,
+							 int *slot, char *host, size_t hostsize,
+							 int *port)
+{
+	const char *end = s + len;
+	const char *p = s;
+	const char *colon = NULL;
+	const char *q;
+	long		v = 0;
+
+	if (p >= end || !isdigit((unsigned char) *p))
+		return false;
+	while (p < end && isdigit((unsigned char) *p) && v < RLOCK_CLUSTER_SLOTS)
+		v = v * 10 + (*p++ - '0');
+	if (v >= RLOCK_CLUSTER_SLOTS || p >= end || *p != ' ')
+		return false;
+	*slot = (int) v;
+	p++;
+	for (q = p; q < end; q++)
+	{
+		if (*q == ':')
+			colon = q;
+		else if (*q <= ' ' || *q > '~')
+			return false;
+	}
+	if (colon == NULL || colon - p >= (long) hostsize || colon + 1 == end)
+		return false;
+	v = 0;
+	for (q = colon + 1; q < end; q++)
+	{
+		if (!isdigit((unsigned char) *q) || v > 65535)
+			return false;
+		v = v * 10 + (*q - '0');
+	}
+	if (v < 1 || v > 65535)
+		return false;
+	*port = (int) v;
+	if (colon == p)
+		strlcpy(host, from_host, hostsize);
+	else
+	{
+		memcpy(host, p, colon - p);
+		host[colon - p] = '\0';
 	}
 	return true;
 }

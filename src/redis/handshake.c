@@ -4,6 +4,11 @@
  *		What a new connection says before it takes commands, and the few
  *		commands the Redis layer sends on its own behalf.
  *
+ * conn.c hands every connection whose transport is open to
+ * rlock_handshake_begin(), registered when the worker starts, and this
+ * file hands it back with rlock_conn_became_ready() once every step was
+ * answered.
+ *
  * The handshake: AUTH (when a user or a password file is set), SELECT
  * (command and sync connections, database other than 0), CLIENT SETNAME;
  * on the command and sync connections INFO server, ROLE (INFO replication
@@ -610,8 +615,8 @@ handshake_fence(RlockConn *conn)
  * Published any earlier, a connection that failed between its CLIENT ID
  * and the fence would leave the connection before it unfenced.
  */
-void
-rlock_handshake_publish_id(RlockConn *conn)
+static void
+handshake_publish_id(RlockConn *conn)
 {
 	/* without the server's name the id cannot be used safely */
 	int64		id = (conn->run_id[0] != '\0') ? conn->client_id : 0;
@@ -844,6 +849,17 @@ handshake_required_reply(RlockConn *conn, HandshakeCmd *hc,
 	}
 }
 
+/*
+ * The last step was answered: the connection takes commands.
+ */
+static void
+handshake_done(RlockConn *conn)
+{
+	if (conn->use == RLOCK_USE_COMMAND || conn->use == RLOCK_USE_SYNC)
+		handshake_publish_id(conn);
+	rlock_conn_became_ready(conn);
+}
+
 static void
 handshake_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 {
@@ -863,9 +879,10 @@ handshake_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 				handshake_optional_reply(conn, hc, reply);
 				break;
 		}
+		Assert(!hc->counted || conn->handshake > 0);
 		if (hc->counted && --conn->handshake == 0 && !conn->failed &&
 			conn->state == RLOCK_CONN_HANDSHAKE)
-			rlock_conn_became_ready(conn);
+			handshake_done(conn);
 	}
 	pfree(hc);
 }

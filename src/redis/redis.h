@@ -191,8 +191,37 @@ typedef struct RlockConnEvents
 } RlockConnEvents;
 
 
+/*
+ * Where a key (or a channel: they are placed alike) is served, and what a
+ * command on it needs to know, in one answer (rlock_redis_route_key).  In
+ * a Redis Cluster the connections are those of the primary serving the
+ * key's hash slot (where none does, connections that are never ready,
+ * whose rlock_conn_error() says why); otherwise the server's.
+ */
+typedef struct RlockRoute
+{
+	RlockConn  *command;		/* the scripts and queries on the key */
+	RlockConn  *subscriber;		/* subscriptions to the channel */
+	RlockConn  *sync;			/* acquisitions that replicas confirm */
+	int			sync_need;		/* replicas that must confirm one now, 0 if
+								 * acquisitions are not synced */
+	int			sync_ask;		/* ... and how many WAIT asks for */
+	bool		cluster;		/* a Redis Cluster: the keys and channels of
+								 * one command must share a slot */
+	int			pubsub;			/* the namespaces unlock messages use
+								 * (RLOCK_PUBSUB_*) */
+} RlockRoute;
+
+/* The connections of a route the caller is about to use: a Redis Cluster
+ * primary's are made when used, and closed when idle */
+#define RLOCK_ROUTE_COMMAND		0x01
+#define RLOCK_ROUTE_SUBSCRIBER	0x02
+#define RLOCK_ROUTE_SYNC		0x04
+
 extern void rlock_redis_start(const RlockConnEvents *events);
 extern void rlock_redis_reload(void);
+extern void rlock_redis_route_key(const char *key, int keylen, int uses,
+								  RlockRoute *route);
 extern RlockConn *rlock_redis_command_conn(void);
 extern bool rlock_redis_cluster(void);
 extern RlockConn *rlock_redis_route(const char *key, int keylen);

@@ -51,6 +51,12 @@
  */
 #define RLOCK_OUT_MAX				(4 * 1024 * 1024)
 
+/*---- args.c: a command in RESP ----*/
+
+extern void rlock_args_format(const RlockArgs *args, StringInfo out);
+extern bool rlock_args_wire_key(const char *wire, int wirelen,
+								const char **key, int *keylen);
+
 /*---- reply.c: reading replies within the limits ----*/
 
 typedef enum RlockReaderFault
@@ -103,9 +109,13 @@ extern bool rlock_reader_check_pending(RlockReader *reader);
 extern void rlock_reader_describe_fault(RlockReader *reader, char *buf,
 										size_t size);
 extern void rlock_reply_free(RlockReply *reply);
+
+/* shape.c: what a reply is (see also redis.h) */
 extern void rlock_reply_describe(const RlockReply *reply, char *buf,
 								 size_t size);
 extern RlockPubsubFrame rlock_reply_pubsub_frame(const RlockReply *reply);
+extern bool rlock_reply_is_host(const RlockReply *r);
+extern int	rlock_reply_port(const RlockReply *r);
 
 /*---- connections ----*/
 
@@ -193,6 +203,44 @@ typedef enum RlockConnUse
 
 struct RlockNode;
 
+/*
+ * What a connection tells whoever made it, and asks of it: sentinel.c
+ * its two, router.c a Redis Cluster primary's, slotmap.c the map's,
+ * topology.c the data connections of a standalone server or of the
+ * primary the Sentinels name (the last two pass the worker's
+ * RlockConnEvents on).  conn.c and wire.c call these, never a function
+ * of their files.
+ */
+typedef struct RlockConnHooks
+{
+	/* the handshake is over: the connection takes commands */
+	void		(*ready) (RlockConn *conn);
+	/* the connection is gone; its commands were answered with NULL */
+	void		(*lost) (RlockConn *conn);
+	/* should it be up now?  If not, *why may say why (it starts NULL);
+	 * the sync policy is asked first (rlock_topology_wanted) */
+	bool		(*wanted) (RlockConn *conn, const char **why);
+	/* on a subscriber: a message published on a channel it follows */
+	void		(*message) (RlockConn *conn, const char *channel,
+							int channellen, const char *payload,
+							int payloadlen);
+	/* on a subscriber: Redis dropped a shard channel's subscription by
+	 * itself (NULL: nothing to do) */
+	void		(*unsubscribed) (RlockConn *conn, const char *channel,
+								 int channellen);
+	/* an error reply to "cmd": true if it was taken over (sent elsewhere,
+	 * or answered later); NULL: every error goes to the sender */
+	bool		(*redirect) (RlockConn *conn, RlockCmd *cmd,
+							 const RlockReply *reply);
+	/* the server answered as a replica (READONLY, or WAIT refused): true
+	 * if the command is to be answered as lost, the primary having moved
+	 * (NULL: false); the connection is given up either way */
+	bool		(*demoted) (RlockConn *conn);
+	/* may it be closed at once to free a descriptor for another (NULL:
+	 * never)? */
+	bool		(*reclaimable) (RlockConn *conn);
+} RlockConnHooks;
+
 struct RlockConn
 {
 	const char *role;			/* "command", "subscriber" ..., for messages */
@@ -201,7 +249,9 @@ struct RlockConn
 	RlockServer *server;
 	struct RlockNode *node;		/* a Redis Cluster primary's, else NULL */
 	RlockConn **group;			/* the data connections of its server, by
-								 * use (COMMAND, SUBSCRIBER, SYNC) */
+								 * use (COMMAND, SUBSCRIBER, SYNC); NULL
+								 * for the others */
+	const RlockConnHooks *hooks;	/* set by whoever made it */
 	MemoryContext cxt;			/* buffers and replies of this connection */
 	RlockConnState state;
 
@@ -262,32 +312,19 @@ struct RlockConn
 	void	   *worker_data;	/* the worker's, see rlock_conn_worker_data */
 };
 
-/* conn.c */
-extern MemoryContext rlock_redis_context;
-extern void rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
-			pg_attribute_printf(2, 3);
-extern void rlock_conn_violation(RlockConn *conn, RlockViolation why,
-								 const char *detail);
-extern bool rlock_conn_unanswered(RlockConn *conn);
-extern void rlock_conn_became_ready(RlockConn *conn);
-extern void rlock_redis_status_server(const char *version, const char *role);
-extern void rlock_redis_status_sync_note(RlockConn *conn, const char *error,
-										 bool both);
+/*
+ * The files of this folder call downward only, in this order (lowest
+ * first; test/harness/check-layers checks it): scripts, args, reply,
+ * shape, cluster, status, server, transport, tls, wire, conn, sentinel,
+ * router, slotmap, handshake, topology, loop.  What each offers the
+ * files above it follows, in that order.
+ */
 
-/* handshake.c */
-extern void rlock_handshake_begin(RlockConn *conn);
-extern void rlock_handshake_ping(RlockConn *conn);
-extern void rlock_handshake_publish_id(RlockConn *conn);
+/* scripts.c */
+extern int	rlock_scripts_count(void);
+extern const char *rlock_script_text(int script);
 
-/* transport.c */
-extern bool rlock_socket_open(RlockConn *conn);
-extern bool rlock_socket_connected(RlockConn *conn);
-extern void rlock_socket_close(RlockConn *conn);
-extern void rlock_resolve_start(RlockServer *srv);
-extern void rlock_resolve_check(RlockServer *srv);
-extern bool rlock_is_numeric_host(const char *host);
-
-/* cluster.c: a Redis Cluster's slot map */
+/* cluster.c: a Redis Cluster's slot map, and its redirections */
 #define RLOCK_CLUSTER_MAX_NODES		512 /* primaries rlock keeps */
 #define RLOCK_CLUSTER_HOST_LEN		256
 #define RLOCK_CLUSTER_ID_LEN		64
@@ -315,8 +352,93 @@ extern bool rlock_cluster_map_from_slots(const RlockReply *reply,
 										 const char *seed_host,
 										 RlockClusterMap *map, char *error,
 										 size_t errlen);
+extern bool rlock_cluster_parse_redirect(const char *s, int len,
+										 const char *from_host, int *slot,
+										 char *host, size_t hostsize,
+										 int *port);
 
-/* A Redis Cluster primary (or a node a redirection named) */
+/* status.c: why a connection failed, and the record rlock_status() shows */
+extern void rlock_conn_set_error(RlockConn *conn, const char *fmt,...)
+			pg_attribute_printf(2, 3);
+extern void rlock_conn_violation(RlockConn *conn, RlockViolation why,
+								 const char *detail);
+extern bool rlock_conn_unanswered(RlockConn *conn);
+extern void rlock_redis_status_server(const char *version, const char *role);
+extern void rlock_redis_status_sync_note(RlockConn *conn, const char *error,
+										 bool both);
+extern bool rlock_redis_status_changed(void);
+extern void rlock_redis_status_take(RlockWorkerStatus *st);
+
+/* server.c: servers from the settings, the layer's memory */
+extern MemoryContext rlock_redis_context;
+extern char *rlock_redis_strdup(const char *s);
+extern void rlock_server_configure(RlockServer *srv, const char *host,
+								   int port, const char *unix_socket);
+extern void rlock_server_configure_node(RlockServer *srv, const char *host,
+										int port);
+extern void rlock_server_set_address(RlockServer *srv, const char *host,
+									 int port);
+extern void rlock_server_forget(RlockServer *srv);
+
+/* transport.c */
+extern bool rlock_socket_open(RlockConn *conn,
+							  bool (*reclaim) (RlockConn *asking));
+extern bool rlock_socket_connected(RlockConn *conn);
+extern void rlock_socket_close(RlockConn *conn);
+extern void rlock_resolve_start(RlockServer *srv);
+extern void rlock_resolve_check(RlockServer *srv);
+extern bool rlock_is_numeric_host(const char *host);
+
+/* tls.c */
+extern void rlock_tls_reset(void);
+
+/* wire.c: one connection's commands and replies */
+extern bool rlock_conn_resend(RlockConn *conn, RlockCmd *cmd);
+extern void rlock_conn_answer(RlockConn *conn, RlockCmd *cmd,
+							  const RlockReply *reply);
+extern void rlock_wire_flush(RlockConn *conn);
+extern void rlock_wire_read(RlockConn *conn);
+extern void rlock_wire_refused(RlockConn *conn);
+
+/* conn.c: the life of one connection */
+typedef void (*RlockHandshakeFn) (RlockConn *conn);
+extern void rlock_conn_init(RlockHandshakeFn begin);
+extern RlockConn *rlock_conn_create(RlockServer *srv, RlockConnUse use,
+									RlockConn **group,
+									const RlockConnHooks *hooks);
+extern int	rlock_conn_count(void);
+extern RlockConn *rlock_conn_at(int i);
+extern uint64 rlock_conn_sockets_version(void);
+extern void rlock_conn_start_over(RlockConn *conn);
+extern void rlock_conn_start(RlockConn *conn, TimestampTz now);
+extern void rlock_conn_close(RlockConn *conn, const char *reason,
+							 bool first_cause);
+extern void rlock_conn_became_ready(RlockConn *conn);
+extern void rlock_conn_io(RlockConn *conn);
+extern bool rlock_conn_tick_failed(RlockConn *conn);
+extern void rlock_conn_tick_opening(RlockConn *conn, TimestampTz now);
+extern void rlock_conn_tick_answers(RlockConn *conn, TimestampTz now);
+extern bool rlock_conn_tick_partial(RlockConn *conn, TimestampTz now);
+extern TimestampTz rlock_conn_answer_due(RlockConn *conn);
+extern TimestampTz rlock_conn_reader_due(RlockConn *conn);
+extern bool rlock_conn_buffered(RlockConn *conn);
+
+/* sentinel.c */
+typedef void (*RlockPrimaryMovedFn) (const char *host, int port);
+extern void rlock_sentinel_start(RlockPrimaryMovedFn moved);
+extern void rlock_sentinel_configure(void);
+extern bool rlock_sentinel_settings_changed(void);
+extern bool rlock_sentinel_active(void);
+extern RlockServer *rlock_sentinel_server(void);
+extern bool rlock_sentinel_master_known(void);
+extern bool rlock_sentinel_answering(void);
+extern const char *rlock_sentinel_error(void);
+extern void rlock_sentinel_recheck(void);
+extern void rlock_sentinel_tick(TimestampTz now);
+extern TimestampTz rlock_sentinel_next(void);
+extern void rlock_sentinel_status(RlockWorkerStatus *st);
+
+/* router.c: a Redis Cluster's primaries, routes and redirections */
 typedef struct RlockNode
 {
 	RlockServer server;
@@ -328,74 +450,41 @@ typedef struct RlockNode
 	TimestampTz note_at;
 } RlockNode;
 
-/* conn.c: what the router asks of the connections */
-extern bool rlock_conn_subscribed(RlockConn *conn);
-extern bool rlock_conn_reclaim(RlockConn *asking);
-
-/* router.c */
-extern void rlock_router_configure(void);
-extern bool rlock_router_wanted(RlockConn *conn);
-extern bool rlock_router_idle(RlockConn *conn);
-extern bool rlock_router_reclaimable(RlockConn *conn);
+extern bool rlock_router_active(void);
+extern RlockCmd *rlock_router_send_own(RlockConn *conn, RlockReplyFn done,
+									   RlockShape shape, Size size,
+									   const char *first, const char *second);
+extern void rlock_router_start(const RlockConnEvents *events);
+extern void rlock_router_reconfigure(void);
+extern int	rlock_router_nodes(RlockNode ***out);
+extern int	rlock_router_primaries(void);
+extern bool rlock_router_map_known(const char **why);
+extern RlockConn **rlock_router_group(int slot, int uses);
+extern RlockConn *rlock_router_any(void);
+extern void rlock_router_refresh_soon(void);
+extern void rlock_router_refresh_again(void);
+extern TimestampTz rlock_router_refresh_due(void);
+extern void rlock_router_refreshing(TimestampTz now, TimestampTz next);
+extern void rlock_router_refresh_reset(void);
+extern void rlock_router_map_failed(const char *why);
+extern void rlock_router_apply(const RlockClusterMap *m, const char *through);
 extern void rlock_router_tick(TimestampTz now);
 extern TimestampTz rlock_router_next(void);
-extern void rlock_router_conn_ready(RlockConn *conn);
-extern void rlock_router_conn_lost(RlockConn *conn);
-extern bool rlock_router_redirect(RlockConn *conn, RlockCmd *cmd,
-								  const RlockReply *reply);
-extern void rlock_router_refresh_soon(void);
-extern RlockConn *rlock_router_route(const char *key, int keylen,
-									 RlockConnUse use);
-extern RlockConn *rlock_router_any(void);
-extern int	rlock_router_nodes(RlockNode ***out);
-extern RlockConn *rlock_router_topology_conn(void);
-extern void rlock_router_status(RlockWorkerStatus *st);
 
-/* conn.c, for router.c */
-extern RlockConn *rlock_conn_create(RlockServer *srv, RlockConnUse use);
-extern bool rlock_conn_resend(RlockConn *conn, RlockCmd *cmd);
-extern void rlock_conn_answer(RlockConn *conn, RlockCmd *cmd,
-							  const RlockReply *reply);
-extern void rlock_server_configure_node(RlockServer *srv, const char *host,
-										int port);
-extern void rlock_server_set_address(RlockServer *srv, const char *host,
-									 int port);
-extern RlockNode *rlock_node_create(const char *host, int port, int index);
-extern bool rlock_node_idle(RlockNode *node);
-extern void rlock_node_move(RlockNode *node, const char *host, int port);
-extern void rlock_node_reconfigure(RlockNode *node);
+/* slotmap.c: the connection that asks a Redis Cluster for its map */
+extern void rlock_slotmap_configure(void);
+extern int	rlock_slotmap_pubsub(void);
+extern bool rlock_slotmap_answering(void);
+extern void rlock_slotmap_tick(TimestampTz now);
+extern TimestampTz rlock_slotmap_next(void);
+extern void rlock_slotmap_status(RlockWorkerStatus *st);
 
-/* sentinel.c */
-extern void rlock_sentinel_configure(void);
-extern bool rlock_sentinel_settings_changed(void);
-extern bool rlock_sentinel_active(void);
-extern RlockServer *rlock_sentinel_server(void);
-extern bool rlock_sentinel_master_known(void);
-extern const char *rlock_sentinel_error(void);
-extern void rlock_sentinel_conn_ready(RlockConn *conn);
-extern void rlock_sentinel_conn_lost(RlockConn *conn);
-extern void rlock_sentinel_message(RlockConn *conn, const char *channel,
-								   int channellen, const char *payload,
-								   int payloadlen);
-extern void rlock_sentinel_recheck(void);
-extern void rlock_sentinel_tick(TimestampTz now);
-extern TimestampTz rlock_sentinel_next(void);
-extern void rlock_sentinel_status(RlockWorkerStatus *st);
-
-/* conn.c, for sentinel.c */
-extern RlockConn *rlock_redis_conn(RlockConnUse use);
-extern void rlock_redis_master_moved(const char *host, int port);
-extern char *rlock_redis_strdup(const char *s);
-extern void rlock_server_forget(RlockServer *srv);
-
-/* handshake.c, for the sync connection */
+/* handshake.c */
+extern void rlock_handshake_begin(RlockConn *conn);
+extern void rlock_handshake_ping(RlockConn *conn);
 extern void rlock_handshake_role(RlockConn *conn);
 
-/* tls.c */
-extern void rlock_tls_reset(void);
-
-/* scripts.c */
-extern int	rlock_scripts_count(void);
-extern const char *rlock_script_text(int script);
+/* topology.c */
+extern bool rlock_topology_wanted(RlockConn *conn, const char **why);
 
 #endif							/* RLOCK_REDIS_INT_H */

@@ -1,26 +1,24 @@
 /*-------------------------------------------------------------------------
  *
  * router.c
- *		Redis Cluster: the slot map the worker routes by, the primaries'
- *		connections, and the redirections a cluster answers with.
+ *		Redis Cluster: the primaries, their connections, the route to the
+ *		primary of a key's slot, and the redirections a cluster answers
+ *		with.
  *
- * With rlock.topology = cluster, a connection of its own (role
- * "cluster") goes to one node at a time, starting with the seeds of
- * rlock.nodes, and asks CLUSTER SHARDS (CLUSTER SLOTS from a server
- * before 7.0) for the slot map: at once when it is made, every
- * RLOCK_REFRESH_MS, and soon after anything that says the map changed (a
- * MOVED, a lost primary, CLUSTERDOWN, a shard channel unsubscribed by
- * Redis).  Each primary of the map is a node with its own command and
- * subscriber connections, made and handshaken like a standalone
- * server's when the worker first routes something to them, and closed
- * after RLOCK_IDLE_MS without use (rlock_router_idle); a node that serves
- * no slot any more has them closed, and its commands are answered as
- * lost, which the worker sends again by the new map.  A map with more
- * primaries than the worker may hold sockets is refused.
+ * Each primary of the slot map (slotmap.c asks for it) is a node with its
+ * own command, subscriber and sync connections, made and handshaken like
+ * a standalone server's when the worker first routes something to them,
+ * and closed after RLOCK_IDLE_MS without use (rlock_router_idle); a node
+ * that serves no slot any more has them closed, and its commands are
+ * answered as lost, which the worker sends again by the new map.  This
+ * file makes the nodes and gives their connections its hooks, which pass
+ * the worker's events on.  It also keeps when the map is to be asked for
+ * again: soon after anything that says the map changed (a MOVED, a lost
+ * primary, CLUSTERDOWN, a shard channel unsubscribed by Redis).
  *
- * The worker picks the connection (rlock_redis_route by a key's slot);
- * the replies a cluster adds are handled here, before the command's
- * sender sees them:
+ * The worker picks the connection (rlock_redis_route_key by a key's
+ * slot); the replies a cluster adds are handled here, through the
+ * connection's redirect hook, before the command's sender sees them:
  *
  *	MOVED	the slot's owner is updated, a refresh asked for, and the
  *			command sent again as it was to the new owner, right away, so
@@ -53,19 +51,16 @@
  */
 #include "postgres.h"
 
-#include <ctype.h>
-
 #include "nodes/pg_list.h"
-#include "storage/fd.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "redis/redis_int.h"
 
-/* The map is asked for this often, and at most every RLOCK_REFRESH_MIN_MS;
- * every RLOCK_REFRESH_DEGRADED_MS while slots have no primary (a failover
- * under way: its promotion is to be found soon) */
-#define RLOCK_REFRESH_MS		5000
+/* The map is asked for every RLOCK_REFRESH_MS (slotmap.c), and at most
+ * every RLOCK_REFRESH_MIN_MS; every RLOCK_REFRESH_DEGRADED_MS while slots
+ * have no primary (a failover under way: its promotion is to be found
+ * soon) */
 #define RLOCK_REFRESH_MIN_MS	100
 #define RLOCK_REFRESH_DEGRADED_MS	250
 
@@ -87,30 +82,25 @@
 /* Nodes kept: primaries, and nodes redirections named */
 #define RLOCK_ROUTER_MAX_NODES	(2 * RLOCK_CLUSTER_MAX_NODES)
 
+/* The uses rlock_redis_route_key() is told of are bits of RlockConnUse */
+StaticAssertDecl(RLOCK_ROUTE_COMMAND == 1 << RLOCK_USE_COMMAND &&
+				 RLOCK_ROUTE_SUBSCRIBER == 1 << RLOCK_USE_SUBSCRIBER &&
+				 RLOCK_ROUTE_SYNC == 1 << RLOCK_USE_SYNC,
+				 "RLOCK_ROUTE_* and RlockConnUse disagree");
+
+static const RlockConnEvents *worker;	/* what the worker is told */
 
 static RlockNode **nodes = NULL;
 static int	nnodes = 0;
 static int16 *owner = NULL;		/* by slot: index in nodes, -1 if none */
-static RlockClusterMap *map = NULL; /* the latest reply, parsed */
 static int	nprimaries = 0;
 static bool map_known = false;
+static char map_error[RLOCK_DETAIL_LEN];	/* why no map is known */
 
-/* The connection that asks for the map, and where it goes */
-static RlockServer *seed = NULL;
-static RlockConn *topo = NULL;
-static RlockNodeAddr seeds[RLOCK_MAX_NODES];
-static int	nseeds = 0;
-static int	seed_next = 0;		/* next address to try: seeds, then
-								 * primaries */
-static bool use_slots = false;	/* the server knows no CLUSTER SHARDS */
-static bool slots_once = false;	/* the last SHARDS could not be read */
-static bool sharded_known = false;	/* PUBSUB SHARDNUMSUB was answered */
-static bool sharded_ok = false; /* ... and not refused */
-static bool refresh_inflight = false;
+/* When the map is to be asked for next (0: not before the routine
+ * refresh), and when it was last */
 static TimestampTz refresh_due = 0;
 static TimestampTz refreshed_at = 0;
-static char map_error[RLOCK_DETAIL_LEN];
-static bool map_too_big_logged = false;
 
 /* Commands answered as lost a moment later */
 typedef struct Deferred
@@ -121,13 +111,6 @@ typedef struct Deferred
 } Deferred;
 static List *deferred = NIL;
 
-/* Our own commands: the map query, ASKING, PUBSUB SHARDNUMSUB */
-typedef struct RouterCmd
-{
-	RlockCmd	cmd;
-	bool		shards;			/* CLUSTER SHARDS, not SLOTS */
-} RouterCmd;
-
 /* The connection routes go to when no node serves the slot */
 static RlockServer nowhere_server;
 static RlockConn nowhere;
@@ -135,48 +118,122 @@ static RlockConn *nowhere_group[RLOCK_NDATA] = {&nowhere, &nowhere, &nowhere};
 
 static RlockArgs *router_args = NULL;
 
-/*
- * Queue one of our own commands of two words ("second" may be NULL) on
- * "conn".  Returns it, or NULL if the connection could not take it.
- */
-static RouterCmd *
-router_send_own(RlockConn *conn, RlockReplyFn done, RlockShape shape,
-				const char *first, const char *second)
-{
-	RouterCmd  *rc;
+static const RlockConnHooks node_hooks;
 
+bool
+rlock_router_active(void)
+{
+	return rlock_topology == RLOCK_TOPOLOGY_CLUSTER;
+}
+
+/*
+ * Queue a command of the Redis layer's own, of one or two words
+ * ("second" may be NULL), on "conn".  Returns it, or NULL if the
+ * connection could not take it.
+ */
+RlockCmd *
+rlock_router_send_own(RlockConn *conn, RlockReplyFn done, RlockShape shape,
+					  Size size, const char *first, const char *second)
+{
+	RlockCmd   *cmd;
+
+	Assert(size >= sizeof(RlockCmd));
 	if (router_args == NULL)
 		router_args = rlock_args_create(rlock_redis_context);
 	rlock_args_reset(router_args);
 	rlock_args_cstr(router_args, first);
 	if (second != NULL)
 		rlock_args_cstr(router_args, second);
-	rc = MemoryContextAllocZero(rlock_redis_context, sizeof(RouterCmd));
-	rc->cmd.internal = true;
-	rc->cmd.done = done;
-	rc->cmd.shape = shape;
-	if (!rlock_conn_send(conn, &rc->cmd, router_args))
+	cmd = MemoryContextAllocZero(rlock_redis_context, size);
+	cmd->internal = true;
+	cmd->done = done;
+	cmd->shape = shape;
+	if (!rlock_conn_send(conn, cmd, router_args))
 	{
-		pfree(rc);
+		pfree(cmd);
 		return NULL;
 	}
-	return rc;
+	return cmd;
 }
-
-static void router_send_refresh(TimestampTz now);
 
 /*---- nodes ----*/
 
-static bool
-router_active(void)
+/*
+ * A Redis Cluster node, with its data connections.
+ */
+static RlockNode *
+router_node_create(const char *host, int port, int index)
 {
-	return rlock_topology == RLOCK_TOPOLOGY_CLUSTER;
+	RlockNode  *n = MemoryContextAllocZero(rlock_redis_context,
+										   sizeof(RlockNode));
+	int			i;
+
+	n->index = index;
+	rlock_server_configure_node(&n->server, host, port);
+	for (i = 0; i < RLOCK_NDATA; i++)
+	{
+		n->conn[i] = rlock_conn_create(&n->server, i, n->conn, &node_hooks);
+		n->conn[i]->node = n;
+	}
+	return n;
 }
 
-bool
-rlock_redis_cluster(void)
+/*
+ * Has a node nothing going on: no connection, no command?
+ */
+static bool
+router_node_idle(RlockNode *node)
 {
-	return router_active();
+	int			i;
+
+	for (i = 0; i < RLOCK_NDATA; i++)
+	{
+		if (node->conn[i]->state != RLOCK_CONN_DOWN ||
+			!dlist_is_empty(&node->conn[i]->inflight))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Reuse an idle node for another address.
+ */
+static void
+router_node_move(RlockNode *node, const char *host, int port)
+{
+	int			i;
+
+	Assert(router_node_idle(node));
+	rlock_server_set_address(&node->server, host, port);
+	node->note_at = 0;
+	for (i = 0; i < RLOCK_NDATA; i++)
+	{
+		rlock_conn_start_over(node->conn[i]);
+		node->conn[i]->fence_id = 0;
+		node->conn[i]->fence_run_id[0] = '\0';
+		node->conn[i]->ever_ready = false;
+	}
+}
+
+/*
+ * The connection settings changed: every node takes them, keeping its
+ * address.
+ */
+void
+rlock_router_reconfigure(void)
+{
+	int			i;
+
+	for (i = 0; i < nnodes; i++)
+	{
+		RlockNode  *node = nodes[i];
+		char		host[RLOCK_CLUSTER_HOST_LEN];
+		int			port = node->server.port;
+
+		strlcpy(host, node->server.host, sizeof(host));
+		rlock_server_forget(&node->server);
+		rlock_server_configure_node(&node->server, host, port);
+	}
 }
 
 /*
@@ -203,45 +260,71 @@ router_known_node(const char *host, int port)
 static RlockNode *
 router_node(const char *host, int port)
 {
-	RlockNode  *n;
+	RlockNode  *n = router_known_node(host, port);
 	int			i;
 
-	for (i = 0; i < nnodes; i++)
-	{
-		if (nodes[i]->server.port == port &&
-			strcmp(nodes[i]->server.host, host) == 0)
-			return nodes[i];
-	}
+	if (n != NULL)
+		return n;
 	if (nnodes == RLOCK_ROUTER_MAX_NODES)
 	{
 		/* take over a node no longer used, with its connections */
 		for (i = 0; i < nnodes; i++)
 		{
 			n = nodes[i];
-			if (!n->primary && rlock_node_idle(n))
+			if (!n->primary && router_node_idle(n))
 			{
-				rlock_node_move(n, host, port);
+				router_node_move(n, host, port);
 				return n;
 			}
 		}
 		return NULL;
 	}
-	n = rlock_node_create(host, port, nnodes);
+	n = router_node_create(host, port, nnodes);
 	nodes[nnodes++] = n;
 	return n;
 }
 
 /*
- * The connection of a slot's primary for "use", or the one that goes
- * nowhere when no primary is known for it.
+ * Every node: how many, and (*out) them.
  */
-static RlockConn *
-router_slot_conn(int slot, RlockConnUse use)
+int
+rlock_router_nodes(RlockNode ***out)
+{
+	*out = nodes;
+	return nnodes;
+}
+
+int
+rlock_router_primaries(void)
+{
+	return nprimaries;
+}
+
+/*
+ * Is a slot map known?  If not, why (*why: "" when nothing says).
+ */
+bool
+rlock_router_map_known(const char **why)
+{
+	*why = map_error;
+	return map_known;
+}
+
+/*---- routes ----*/
+
+/*
+ * The connections of a slot's primary, those of "uses" (RLOCK_ROUTE_*)
+ * counted as used now; or those that go nowhere when no primary is known
+ * for it, with the reason in their error.
+ */
+RlockConn **
+rlock_router_group(int slot, int uses)
 {
 	int			i = owner[slot];
+	TimestampTz now;
+	int			use;
 
-	if (i >= 0)
-		nodes[i]->conn[use]->used_at = GetCurrentTimestamp();
+	Assert(slot >= 0 && slot < RLOCK_CLUSTER_SLOTS);
 	if (i < 0)
 	{
 		if (!map_known)
@@ -252,15 +335,16 @@ router_slot_conn(int slot, RlockConnUse use)
 			snprintf(nowhere.error, sizeof(nowhere.error),
 					 "no primary of the Redis Cluster serves hash slot %d",
 					 slot);
-		return &nowhere;
+		return nowhere_group;
 	}
-	return nodes[i]->conn[use];
-}
-
-RlockConn *
-rlock_router_route(const char *key, int keylen, RlockConnUse use)
-{
-	return router_slot_conn(rlock_key_slot(key, keylen), use);
+	Assert(i < nnodes);
+	now = GetCurrentTimestamp();
+	for (use = 0; use < RLOCK_NDATA; use++)
+	{
+		if (uses & (1 << use))
+			nodes[i]->conn[use]->used_at = now;
+	}
+	return nodes[i]->conn;
 }
 
 /*
@@ -288,7 +372,7 @@ rlock_router_any(void)
 			first = c;
 	}
 	if (first == NULL)
-		return router_slot_conn(0, RLOCK_USE_COMMAND);
+		return rlock_router_group(0, RLOCK_ROUTE_COMMAND)[RLOCK_USE_COMMAND];
 	first->used_at = GetCurrentTimestamp();
 	return first;
 }
@@ -319,7 +403,7 @@ rlock_router_refresh_soon(void)
 	TimestampTz at = TimestampTzPlusMilliseconds(refreshed_at,
 												 RLOCK_REFRESH_MIN_MS);
 
-	if (!router_active())
+	if (!rlock_router_active())
 		return;
 	at = Max(at, now);
 	if (refresh_due == 0 || at < refresh_due)
@@ -327,12 +411,80 @@ rlock_router_refresh_soon(void)
 }
 
 /*
- * Take a map read from a reply: the primaries it names become nodes, the
- * others stop being primaries (their connections close at the next
- * tick), and every slot gets its owner.
+ * Ask for the map at once, and again at once after that if need be: the
+ * last answer could not be used (a server that knows no CLUSTER SHARDS,
+ * or a CLUSTER SHARDS that only CLUSTER SLOTS can settle).
+ */
+void
+rlock_router_refresh_again(void)
+{
+	rlock_router_refresh_soon();
+	refreshed_at = 0;
+}
+
+TimestampTz
+rlock_router_refresh_due(void)
+{
+	return refresh_due;
+}
+
+/*
+ * The map was asked for at "now"; the routine refresh is due at "next".
+ */
+void
+rlock_router_refreshing(TimestampTz now, TimestampTz next)
+{
+	refreshed_at = now;
+	refresh_due = next;
+}
+
+/*
+ * The settings changed: nothing is due until the map connection asks.
+ */
+void
+rlock_router_refresh_reset(void)
+{
+	refresh_due = 0;
+}
+
+/*
+ * No map could be had, and why, for requests routed nowhere and for
+ * rlock_status().
+ */
+void
+rlock_router_map_failed(const char *why)
+{
+	strlcpy(map_error, why, sizeof(map_error));
+}
+
+/*
+ * A map that changed something: said in the log when the number of
+ * primaries changed, or when slots have none.
  */
 static void
-router_apply(const RlockClusterMap *m)
+router_log_map(int before, const char *through)
+{
+	int			unserved = 0;
+	int			i;
+
+	for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
+		unserved += (owner[i] < 0);
+	rlock_redis_status_touch();
+	if (before != nprimaries || unserved > 0)
+		ereport(LOG,
+				(errmsg("rlock found %d primaries in the Redis Cluster through %s",
+						nprimaries, through),
+				 unserved > 0 ?
+				 errdetail("%d hash slots have no primary.", unserved) : 0));
+}
+
+/*
+ * Take a map read from a reply (asked "through" a node): the primaries it
+ * names become nodes, the others stop being primaries (their connections
+ * close at the next tick), and every slot gets its owner.
+ */
+void
+rlock_router_apply(const RlockClusterMap *m, const char *through)
 {
 	int16		index[RLOCK_CLUSTER_MAX_NODES];
 	bool		was_primary[RLOCK_ROUTER_MAX_NODES];
@@ -373,7 +525,6 @@ router_apply(const RlockClusterMap *m)
 	}
 	map_known = true;
 	map_error[0] = '\0';
-	map_too_big_logged = false;
 	for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
 	{
 		if (owner[i] < 0)
@@ -384,318 +535,10 @@ router_apply(const RlockClusterMap *m)
 		}
 	}
 	if (changed)
-	{
-		int			unserved = 0;
-
-		for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
-			unserved += (owner[i] < 0);
-		rlock_redis_status_touch();
-		if (before != nprimaries || unserved > 0)
-			ereport(LOG,
-					(errmsg("rlock found %d primaries in the Redis Cluster through %s",
-							nprimaries, seed->address),
-					 unserved > 0 ?
-					 errdetail("%d hash slots have no primary.", unserved) : 0));
-	}
-}
-
-/*
- * How many primaries of a map serve slots (those without any yet need no
- * connection until a slot migrates to them).
- */
-static int
-router_serving(const RlockClusterMap *m)
-{
-	bool		serving[RLOCK_CLUSTER_MAX_NODES];
-	int			n = 0;
-	int			i;
-
-	memset(serving, 0, sizeof(serving));
-	for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
-	{
-		if (m->owner[i] >= 0 && !serving[m->owner[i]])
-		{
-			serving[m->owner[i]] = true;
-			n++;
-		}
-	}
-	return n;
-}
-
-static void
-router_refresh_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
-{
-	RouterCmd  *rc = (RouterCmd *) cmd;
-	char		error[256];
-	bool		ok;
-
-	refresh_inflight = false;
-	if (reply == NULL || conn->failed)
-	{
-		pfree(rc);
-		return;
-	}
-	if (reply->type == RLOCK_REPLY_ERROR)
-	{
-		/*
-		 * Redis 6 knows CLUSTER SLOTS only: "ERR Unknown subcommand or
-		 * wrong number of arguments for 'SHARDS'. Try CLUSTER HELP." (7.0
-		 * words it "ERR unknown subcommand 'shards'. ...")
-		 */
-		if (rc->shards && strncmp(reply->str, "ERR ", 4) == 0 &&
-			strstr(reply->str, "nknown subcommand") != NULL)
-		{
-			use_slots = true;
-			rlock_router_refresh_soon();
-			refreshed_at = 0;
-		}
-		else
-		{
-			snprintf(map_error, sizeof(map_error),
-					 "%s refused to give the slot map: %.200s",
-					 conn->server->address, reply->str);
-			rlock_conn_give_up(conn, map_error);
-		}
-		pfree(rc);
-		return;
-	}
-	if (rc->shards)
-		ok = rlock_cluster_map_from_shards(reply,
-										   conn->server->tls != RLOCK_TLS_OFF,
-										   conn->server->host, map,
-										   error, sizeof(error));
-	else
-		ok = rlock_cluster_map_from_slots(reply, conn->server->host, map,
-										  error, sizeof(error));
-	if (!ok && rc->shards &&
-		strcmp(error, RLOCK_CLUSTER_SHARD_TWO_PRIMARIES) == 0)
-	{
-		/*
-		 * A node that was a replica and now serves slots of its own may
-		 * keep its old shard's id (seen with Redis 8): CLUSTER SHARDS then
-		 * lists two primaries up for one set of slots, and only CLUSTER
-		 * SLOTS says which serves which.  Asked at once, that time.
-		 */
-		pfree(rc);
-		slots_once = true;
-		rlock_router_refresh_soon();
-		refreshed_at = 0;
-		return;
-	}
-	pfree(rc);
-	if (ok && router_serving(map) > max_safe_fds / 3 - 1)
-	{
-		/*
-		 * Each primary in use needs a connection, and the map's one more:
-		 * more primaries than descriptors would fail keys at random.
-		 */
-		snprintf(map_error, sizeof(map_error),
-				 "the Redis Cluster has %d primaries, more than the %d connections rlock may hold open besides the map's: raise max_files_per_process (rlock may use a third of the descriptors it leaves free) or the server's open files limit",
-				 router_serving(map), max_safe_fds / 3 - 1);
-		rlock_redis_status_error(map_error);
-		if (!map_too_big_logged)
-			ereport(WARNING,
-					(errmsg("rlock does not use the slot map of the Redis Cluster at %s",
-							conn->server->address),
-					 errdetail_internal("%s", map_error)));
-		map_too_big_logged = true;
-		return;
-	}
-	if (!ok)
-	{
-		char		detail[RLOCK_DETAIL_LEN];
-
-		snprintf(detail, sizeof(detail), "a slot map rlock does not accept: %s",
-				 error);
-		snprintf(map_error, sizeof(map_error), "%s sent %s",
-				 conn->server->address, detail);
-		rlock_conn_violation(conn, RLOCK_VIOLATION_SHAPE, detail);
-		return;
-	}
-	router_apply(map);
-}
-
-static void
-router_send_refresh(TimestampTz now)
-{
-	bool		slots = use_slots || slots_once;
-	RouterCmd  *rc = router_send_own(topo, router_refresh_reply,
-									 RLOCK_SHAPE_ARRAY, "CLUSTER",
-									 slots ? "SLOTS" : "SHARDS");
-
-	if (rc == NULL)
-		return;
-	slots_once = false;
-	rc->shards = !slots;
-	refresh_inflight = true;
-	refreshed_at = now;
-	refresh_due = TimestampTzPlusMilliseconds(now, RLOCK_REFRESH_MS);
-}
-
-/*
- * Point the map connection at the next address: the seeds, then the
- * primaries known.
- */
-static void
-router_next_address(void)
-{
-	int			total = nseeds + nnodes;
-	int			i;
-
-	for (i = 0; i < total; i++)
-	{
-		int			k = (seed_next + i) % total;
-		const char *host;
-		int			port;
-
-		if (k < nseeds)
-		{
-			host = seeds[k].host;
-			port = seeds[k].port;
-		}
-		else if (nodes[k - nseeds]->primary)
-		{
-			host = nodes[k - nseeds]->server.host;
-			port = nodes[k - nseeds]->server.port;
-		}
-		else
-			continue;
-		seed_next = (k + 1) % total;
-		rlock_server_set_address(seed, host, port);
-		return;
-	}
-}
-
-/*---- pub/sub ----*/
-
-static void
-router_shardnumsub_reply(RlockConn *conn, RlockCmd *cmd,
-						 const RlockReply *reply)
-{
-	if (reply != NULL)
-	{
-		bool		ok = reply->type != RLOCK_REPLY_ERROR;
-
-		if (!sharded_known || ok != sharded_ok)
-			rlock_redis_status_touch();
-		sharded_known = true;
-		sharded_ok = ok;
-	}
-	pfree(cmd);
-}
-
-/*
- * Ask whether the cluster knows sharded pub/sub, as Redisson does when it
- * connects: PUBSUB SHARDNUMSUB answered (Redis 7.0 and later) means yes.
- */
-static void
-router_send_shardnumsub(void)
-{
-	(void) router_send_own(topo, router_shardnumsub_reply, RLOCK_SHAPE_ARRAY,
-						   "PUBSUB", "SHARDNUMSUB");
-}
-
-/*
- * The namespaces unlock messages use now (RLOCK_PUBSUB_*): always classic
- * outside a cluster, as Redisson; in one, as rlock.cluster_pubsub says.
- */
-int
-rlock_redis_pubsub(void)
-{
-	if (!router_active())
-		return RLOCK_PUBSUB_CLASSIC;
-	switch (rlock_cluster_pubsub)
-	{
-		case RLOCK_CLUSTER_PUBSUB_SHARDED:
-			return RLOCK_PUBSUB_SHARDED;
-		case RLOCK_CLUSTER_PUBSUB_CLASSIC:
-			return RLOCK_PUBSUB_CLASSIC;
-		case RLOCK_CLUSTER_PUBSUB_BOTH:
-			return RLOCK_PUBSUB_CLASSIC | RLOCK_PUBSUB_SHARDED;
-		default:
-			return sharded_known && sharded_ok ? RLOCK_PUBSUB_SHARDED :
-				RLOCK_PUBSUB_CLASSIC;
-	}
-}
-
-/*---- connection events ----*/
-
-void
-rlock_router_conn_ready(RlockConn *conn)
-{
-	if (conn != topo)
-		return;
-	router_send_shardnumsub();
-	router_send_refresh(GetCurrentTimestamp());
-}
-
-void
-rlock_router_conn_lost(RlockConn *conn)
-{
-	if (conn == topo)
-	{
-		refresh_inflight = false;
-		router_next_address();
-		return;
-	}
-	/* a primary lost: it may have failed over (not one closed as idle) */
-	if (!conn->idle_drop)
-		rlock_router_refresh_soon();
+		router_log_map(before, through);
 }
 
 /*---- redirections ----*/
-
-/*
- * Read "<slot> <host>:<port>" after MOVED or ASK.  The host may be empty
- * (Redis does not know the address it is reached by: the one the reply
- * came from is meant) and may hold colons (IPv6).
- */
-static bool
-router_parse_redirect(const char *s, int len, const char *from_host,
-					  int *slot, char *host, size_t hostsize, int *port)
-{
-	const char *end = s + len;
-	const char *p = s;
-	const char *colon = NULL;
-	const char *q;
-	long		v = 0;
-
-	if (p >= end || !isdigit((unsigned char) *p))
-		return false;
-	while (p < end && isdigit((unsigned char) *p) && v < RLOCK_CLUSTER_SLOTS)
-		v = v * 10 + (*p++ - '0');
-	if (v >= RLOCK_CLUSTER_SLOTS || p >= end || *p != ' ')
-		return false;
-	*slot = (int) v;
-	p++;
-	for (q = p; q < end; q++)
-	{
-		if (*q == ':')
-			colon = q;
-		else if (*q <= ' ' || *q > '~')
-			return false;
-	}
-	if (colon == NULL || colon - p >= (long) hostsize || colon + 1 == end)
-		return false;
-	v = 0;
-	for (q = colon + 1; q < end; q++)
-	{
-		if (!isdigit((unsigned char) *q) || v > 65535)
-			return false;
-		v = v * 10 + (*q - '0');
-	}
-	if (v < 1 || v > 65535)
-		return false;
-	*port = (int) v;
-	if (colon == p)
-		strlcpy(host, from_host, hostsize);
-	else
-	{
-		memcpy(host, p, colon - p);
-		host[colon - p] = '\0';
-	}
-	return true;
-}
 
 /*
  * Answer "cmd" as lost in a moment.  "note" is remembered for the node's
@@ -751,68 +594,27 @@ router_resend(RlockConn *target, RlockCmd *cmd, bool asking)
 	if (!rlock_conn_ready(target) || cmd->wire == NULL)
 		return false;
 	if (asking &&
-		router_send_own(target, router_asking_reply, RLOCK_SHAPE_OK,
-						"ASKING", NULL) == NULL)
+		rlock_router_send_own(target, router_asking_reply, RLOCK_SHAPE_OK,
+							  sizeof(RlockCmd), "ASKING", NULL) == NULL)
 		return false;
 	cmd->asked = asking;
 	cmd->redirects++;
 	return rlock_conn_resend(target, cmd);
 }
 
-static bool
-router_word_is(const char *arg, int len, const char *word)
-{
-	return len == (int) strlen(word) && pg_strncasecmp(arg, word, len) == 0;
-}
-
 /*
  * The hash slot of a command the worker sent, from the command as it
- * went on the wire (an array of bulk strings): its first key's, that is
- * EVALSHA's first key when it has keys, else the channel of the
- * commands that name one.  -1 for a command without a key.
+ * went on the wire: its key's.  -1 for a command without a key.
  */
 static int
 router_cmd_slot(const RlockCmd *cmd)
 {
-	const char *p = cmd->wire;
-	const char *end = cmd->wire + cmd->wirelen;
-	const char *arg[4];
-	int			len[4];
-	long		nargs;
-	int			i;
+	const char *key;
+	int			keylen;
 
-	if (p == NULL || p >= end || *p != '*')
+	if (!rlock_args_wire_key(cmd->wire, cmd->wirelen, &key, &keylen))
 		return -1;
-	nargs = strtol(p + 1, NULL, 10);
-	p = memchr(p, '\n', end - p);
-	for (i = 0; i < 4 && i < nargs && p != NULL; i++)
-	{
-		const char *q;
-
-		p++;
-		if (p >= end || *p != '$')
-			return -1;
-		len[i] = (int) strtol(p + 1, NULL, 10);
-		q = memchr(p, '\n', end - p);
-		if (q == NULL || len[i] < 0 || len[i] > end - (q + 1))
-			return -1;
-		arg[i] = q + 1;
-		p = arg[i] + len[i] + 1;	/* the \n after the \r */
-		if (p > end)
-			return -1;
-	}
-	if (i >= 4 && router_word_is(arg[0], len[0], "EVALSHA"))
-		return (len[2] == 1 && arg[2][0] == '0') ? -1 :
-			rlock_key_slot(arg[3], len[3]);
-	if (i >= 2 &&
-		(router_word_is(arg[0], len[0], "SUBSCRIBE") ||
-		 router_word_is(arg[0], len[0], "UNSUBSCRIBE") ||
-		 router_word_is(arg[0], len[0], "SSUBSCRIBE") ||
-		 router_word_is(arg[0], len[0], "SUNSUBSCRIBE") ||
-		 router_word_is(arg[0], len[0], "PUBLISH") ||
-		 router_word_is(arg[0], len[0], "SPUBLISH")))
-		return rlock_key_slot(arg[1], len[1]);
-	return -1;
+	return rlock_key_slot(key, keylen);
 }
 
 static bool
@@ -831,8 +633,8 @@ router_error_is(const RlockReply *reply, const char *code)
  * the command over (sent it elsewhere, or will answer it as lost); false
  * hands the reply to its sender.
  */
-bool
-rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
+static bool
+router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 {
 	bool		moved = router_error_is(reply, "MOVED");
 	bool		ask = router_error_is(reply, "ASK");
@@ -842,7 +644,7 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	RlockNode  *target;
 
 	/* only the worker's commands, kept as sent, are taken over */
-	if (!router_active() || conn->node == NULL || cmd->internal ||
+	if (!rlock_router_active() || conn->node == NULL || cmd->internal ||
 		cmd->wire == NULL)
 		return false;
 	if (router_error_is(reply, "TRYAGAIN") ||
@@ -856,10 +658,10 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	}
 	if (!moved && !ask)
 		return false;
-	if (!router_parse_redirect(reply->str + (moved ? 6 : 4),
-							   reply->len - (moved ? 6 : 4),
-							   conn->server->host, &slot, host, sizeof(host),
-							   &port) ||
+	if (!rlock_cluster_parse_redirect(reply->str + (moved ? 6 : 4),
+									  reply->len - (moved ? 6 : 4),
+									  conn->server->host, &slot,
+									  host, sizeof(host), &port) ||
 		slot != router_cmd_slot(cmd))
 		return false;			/* the sender sees what was sent */
 	rlock_count(moved ? RLOCK_STAT_CLUSTER_MOVED : RLOCK_STAT_CLUSTER_ASK, 1);
@@ -892,96 +694,17 @@ rlock_router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 	return true;
 }
 
-/*---- life cycle ----*/
-
-/*
- * The settings changed (or the worker starts): seeds from rlock.nodes.
- * The map and its nodes stay: a new map replaces them.
- */
-void
-rlock_router_configure(void)
-{
-	char		error[256];
-	int			i;
-
-	if (nodes == NULL)
-	{
-		nodes = MemoryContextAllocZero(rlock_redis_context,
-									   sizeof(RlockNode *) *
-									   RLOCK_ROUTER_MAX_NODES);
-		owner = MemoryContextAlloc(rlock_redis_context,
-								   sizeof(int16) * RLOCK_CLUSTER_SLOTS);
-		for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
-			owner[i] = -1;
-		map = MemoryContextAllocZero(rlock_redis_context,
-									 sizeof(RlockClusterMap));
-		seed = MemoryContextAllocZero(rlock_redis_context,
-									  sizeof(RlockServer));
-		rlock_server_configure_node(seed, "", 0);
-		topo = rlock_conn_create(seed, RLOCK_USE_CLUSTER);
-		nowhere_server.address[0] = '\0';
-		strlcpy(nowhere_server.address, "(no primary)",
-				sizeof(nowhere_server.address));
-		nowhere.server = &nowhere_server;
-		nowhere.group = nowhere_group;
-		nowhere.replicas = -1;
-		nowhere.role = "command";
-		nowhere.state = RLOCK_CONN_DOWN;
-		nowhere.sock = PGINVALID_SOCKET;
-		nowhere.pos = -1;
-		dlist_init(&nowhere.inflight);
-	}
-	else
-	{
-		rlock_server_forget(seed);
-		rlock_server_configure_node(seed, "", 0);
-		for (i = 0; i < nnodes; i++)
-			rlock_node_reconfigure(nodes[i]);
-	}
-	nseeds = 0;
-	if (router_active())
-	{
-		nseeds = rlock_parse_nodes(rlock_nodes, seeds, RLOCK_MAX_NODES,
-								   error, sizeof(error));
-		if (nseeds <= 0)
-		{
-			nseeds = 0;
-			snprintf(map_error, sizeof(map_error),
-					 "rlock.nodes names no Redis Cluster node to start from");
-		}
-	}
-	seed_next = 0;
-	use_slots = false;
-	refresh_inflight = false;
-	refresh_due = 0;
-	router_next_address();
-}
-
-bool
-rlock_router_wanted(RlockConn *conn)
-{
-	if (!router_active())
-		return false;
-	if (conn == topo)
-		return nseeds + nprimaries > 0;
-	if (conn->node == NULL || !conn->node->primary)
-		return false;
-	/* a sync connection lost with acquisitions on the wire is made
-	 * again for its fence, used or not (requests.c) */
-	if (conn->fence_owed)
-		return true;
-	return !rlock_router_idle(conn);
-}
+/*---- the primaries' connections ----*/
 
 /*
  * May a primary's connection be closed at once to free its descriptor:
  * nothing on the wire, no subscription that waiters need?
  */
-bool
-rlock_router_reclaimable(RlockConn *conn)
+static bool
+router_reclaimable(RlockConn *conn)
 {
 	return conn->node != NULL && dlist_is_empty(&conn->inflight) &&
-		!(conn->use == RLOCK_USE_SUBSCRIBER && rlock_conn_subscribed(conn));
+		!(conn->use == RLOCK_USE_SUBSCRIBER && worker->subscribed(conn));
 }
 
 /*
@@ -993,33 +716,150 @@ rlock_router_reclaimable(RlockConn *conn)
  * primary of the cluster (the file descriptors it may hold are few: see
  * transport.c).
  */
-bool
-rlock_router_idle(RlockConn *conn)
+static bool
+router_idle(RlockConn *conn)
 {
-	if (!rlock_router_reclaimable(conn))
+	if (!router_reclaimable(conn))
 		return false;
 	return conn->used_at == 0 ||
 		GetCurrentTimestamp() >=
 		TimestampTzPlusMilliseconds(conn->used_at, RLOCK_IDLE_MS);
 }
 
+/*
+ * Should a primary's connection be up: the cluster is used, the node
+ * serves slots (or is a primary without any yet), and the connection is
+ * used or owes a fence?
+ */
+static bool
+router_wanted(RlockConn *conn, const char **why)
+{
+	if (!rlock_router_active())
+		return false;
+	if (conn->node == NULL || !conn->node->primary)
+		return false;
+	/* a sync connection lost with acquisitions on the wire is made
+	 * again for its fence, used or not (requests.c) */
+	if (conn->fence_owed)
+		return true;
+	return !router_idle(conn);
+}
+
+static void
+router_ready(RlockConn *conn)
+{
+	worker->ready(conn);
+}
+
+static void
+router_lost(RlockConn *conn)
+{
+	/* a primary lost: it may have failed over (not one closed as idle) */
+	if (!conn->idle_drop)
+		rlock_router_refresh_soon();
+	worker->lost(conn);
+}
+
+static void
+router_message(RlockConn *conn, const char *channel, int channellen,
+			   const char *payload, int payloadlen)
+{
+	worker->message(conn, channel, channellen, payload, payloadlen);
+}
+
+/*
+ * Redis dropped a shard channel's subscription by itself: its slot left
+ * this node, and the map says where it went.
+ */
+static void
+router_unsubscribed(RlockConn *conn, const char *channel, int channellen)
+{
+	rlock_router_refresh_soon();
+	worker->unsubscribed(conn, channel, channellen);
+}
+
+/*
+ * The node answered as a replica: a failover moved the primary.  The
+ * command is answered as lost, to be sent by the new map.
+ */
+static bool
+router_demoted(RlockConn *conn)
+{
+	rlock_router_refresh_soon();
+	return true;
+}
+
+static const RlockConnHooks node_hooks = {
+	.ready = router_ready,
+	.lost = router_lost,
+	.wanted = router_wanted,
+	.message = router_message,
+	.unsubscribed = router_unsubscribed,
+	.redirect = router_redirect,
+	.demoted = router_demoted,
+	.reclaimable = router_reclaimable
+};
+
+/*
+ * A connection that is never made: where no node serves the slot.
+ */
+static bool
+router_nowhere_wanted(RlockConn *conn, const char **why)
+{
+	return false;
+}
+
+static const RlockConnHooks nowhere_hooks = {
+	.wanted = router_nowhere_wanted
+};
+
+/*---- life cycle ----*/
+
+/*
+ * The worker starts: the table of nodes, empty.  "events" is what the
+ * worker is told about the primaries' connections.
+ */
+void
+rlock_router_start(const RlockConnEvents *events)
+{
+	int			i;
+
+	worker = events;
+	nodes = MemoryContextAllocZero(rlock_redis_context,
+								   sizeof(RlockNode *) * RLOCK_ROUTER_MAX_NODES);
+	owner = MemoryContextAlloc(rlock_redis_context,
+							   sizeof(int16) * RLOCK_CLUSTER_SLOTS);
+	for (i = 0; i < RLOCK_CLUSTER_SLOTS; i++)
+		owner[i] = -1;
+	strlcpy(nowhere_server.address, "(no primary)",
+			sizeof(nowhere_server.address));
+	nowhere.server = &nowhere_server;
+	nowhere.group = nowhere_group;
+	nowhere.hooks = &nowhere_hooks;
+	nowhere.replicas = -1;
+	nowhere.role = "command";
+	nowhere.state = RLOCK_CONN_DOWN;
+	nowhere.sock = PGINVALID_SOCKET;
+	nowhere.pos = -1;
+	dlist_init(&nowhere.inflight);
+}
+
+/*
+ * Answer the commands deferred that are due: all of them when the
+ * cluster is no longer used.
+ */
 void
 rlock_router_tick(TimestampTz now)
 {
 	ListCell   *lc;
 	List	   *due = NIL;
 
-	if (router_active() && rlock_conn_ready(topo) && !refresh_inflight &&
-		refresh_due != 0 && now >= refresh_due)
-		router_send_refresh(now);
-
-	/* answer first, then call: a sender may defer more; all of them when
-	 * the cluster is no longer used */
+	/* answer first, then call: a sender may defer more */
 	foreach(lc, deferred)
 	{
 		Deferred   *d = (Deferred *) lfirst(lc);
 
-		if (d->due <= now || !router_active())
+		if (d->due <= now || !rlock_router_active())
 		{
 			due = lappend(due, d);
 			deferred = foreach_delete_current(deferred, lc);
@@ -1041,76 +881,9 @@ rlock_router_next(void)
 	TimestampTz next = DT_NOEND;
 	ListCell   *lc;
 
-	if (deferred != NIL && !router_active())
+	if (deferred != NIL && !rlock_router_active())
 		return 0;
-	if (!router_active())
-		return next;
-	if (rlock_conn_ready(topo) && !refresh_inflight && refresh_due != 0)
-		next = refresh_due;
 	foreach(lc, deferred)
 		next = Min(next, ((Deferred *) lfirst(lc))->due);
 	return next;
-}
-
-/*
- * Every node, for the connection loops of conn.c.
- */
-int
-rlock_router_nodes(RlockNode ***out)
-{
-	*out = nodes;
-	return nnodes;
-}
-
-RlockConn *
-rlock_router_topology_conn(void)
-{
-	return topo;
-}
-
-/*
- * What rlock_status() shows of the cluster: the node asked for the map,
- * and the primaries' command and subscriber connections (the worst state
- * of each, and since when the worst has been so).
- */
-void
-rlock_router_status(RlockWorkerStatus *st)
-{
-	int			cmd_state = RLOCK_CONN_READY;
-	int			sub_state = RLOCK_CONN_READY;
-	int			sync_state = -1;
-	int			i;
-
-	st->cluster_primaries = nprimaries;
-	st->cluster_map_known = map_known;
-	strlcpy(st->cluster_node, topo->state == RLOCK_CONN_READY ?
-			seed->address : "", sizeof(st->cluster_node));
-	snprintf(st->address, sizeof(st->address), "Redis Cluster (%d primaries)",
-			 nprimaries);
-	for (i = 0; i < nnodes; i++)
-	{
-		RlockConn  *c = nodes[i]->conn[RLOCK_USE_COMMAND];
-		RlockConn  *s = nodes[i]->conn[RLOCK_USE_SUBSCRIBER];
-
-		if (!nodes[i]->primary)
-			continue;
-		/* those in use: a primary's connections are made when used */
-		if (c->state != RLOCK_CONN_DOWN || rlock_router_wanted(c))
-			cmd_state = Min(cmd_state, (int) c->state);
-		if (s->state != RLOCK_CONN_DOWN || rlock_router_wanted(s))
-			sub_state = Min(sub_state, (int) s->state);
-		/* sync connections: those made, or needed now */
-		if (nodes[i]->conn[RLOCK_USE_SYNC]->state != RLOCK_CONN_DOWN ||
-			(rlock_sync_replicas > 0 &&
-			 rlock_router_wanted(nodes[i]->conn[RLOCK_USE_SYNC])))
-			sync_state = Min(sync_state < 0 ? (int) RLOCK_CONN_READY : sync_state,
-							 (int) nodes[i]->conn[RLOCK_USE_SYNC]->state);
-	}
-	st->sync_state = sync_state;
-	if (nprimaries == 0)
-		cmd_state = sub_state = RLOCK_CONN_DOWN;
-	st->cmd_state = cmd_state;
-	st->sub_state = sub_state;
-	if (!map_known && map_error[0] != '\0')
-		strlcpy(st->last_error, map_error, sizeof(st->last_error));
 }

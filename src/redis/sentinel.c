@@ -4,11 +4,12 @@
  *		Finding the Redis primary through Redis Sentinel, and following
  *		it through failovers (rlock.topology = sentinel).
  *
- * Two connections go to one Sentinel at a time, the first of rlock.nodes
- * that answers: one asks SENTINEL GET-MASTER-ADDR-BY-NAME every second
- * (and SENTINEL SENTINELS now and then, for rlock_status()), the other is
- * subscribed to +switch-master, so that a failover is asked about at once
- * rather than at the next poll.  The answer, not the message, decides: a
+ * Two connections of this file's own go to one Sentinel at a time, the
+ * first of rlock.nodes that answers: one asks SENTINEL
+ * GET-MASTER-ADDR-BY-NAME every second (and SENTINEL SENTINELS now and
+ * then, for rlock_status()), the other is subscribed to +switch-master,
+ * so that a failover is asked about at once rather than at the next
+ * poll.  The answer, not the message, decides: a
  * message only brings the next question forward.  A Sentinel that fails
  * (unreachable, a wrong password, a primary it does not know) is left for
  * the next one in the list; the connection's back-off paces the round.
@@ -23,7 +24,8 @@
  * as its author wants: a list the reply reader refuses costs the
  * connection once, and is then not asked for a while.
  *
- * When the named primary changes, the data connections (command,
+ * When the named primary changes, the topology is told (the function
+ * given to rlock_sentinel_start): the data connections (command,
  * subscriber, sync) are dropped and made again to the new one; their
  * handshake checks with ROLE that it is a primary.  The worker then
  * restates every hold it has, as after any lost connection: a hold the
@@ -42,8 +44,6 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
-
-#include <ctype.h>
 
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -133,6 +133,13 @@ static int	master_port = 0;
 static char error[RLOCK_DETAIL_LEN];	/* why no primary is known */
 static char last_switch[2 * RLOCK_ADDRESS_LEN + 8];
 static TimestampTz last_switch_at = 0;
+
+/* the connections: one asks, the other is subscribed to +switch-master */
+static RlockConn *asking = NULL;
+static RlockConn *watching = NULL;
+
+/* what to call when the Sentinels name another primary */
+static RlockPrimaryMovedFn primary_moved = NULL;
 
 static void sentinel_reply(RlockConn *conn, RlockCmd *cmd,
 						   const RlockReply *reply);
@@ -264,8 +271,8 @@ lookup_matches(int i, const char *ip, int port)
  * Take the settings: the Sentinels to ask and the primary's name.  The
  * primary is not known again until a Sentinel names it.
  */
-void
-rlock_sentinel_configure(void)
+static void
+sentinel_configure(void)
 {
 	RlockNodeAddr addrs[RLOCK_MAX_NODES];
 	char		parse_error[256];
@@ -334,6 +341,19 @@ rlock_sentinel_configure(void)
 }
 
 /*
+ * Take the settings (the worker starts, or they changed): the Sentinels
+ * to ask and the primary's name.  The primary is not known again until a
+ * Sentinel names it; the connections go to the first Sentinel.
+ */
+void
+rlock_sentinel_configure(void)
+{
+	sentinel_configure();
+	if (asking != NULL)
+		asking->server = watching->server = rlock_sentinel_server();
+}
+
+/*
  * Are Sentinels to be asked?
  */
 bool
@@ -358,17 +378,12 @@ rlock_sentinel_master_known(void)
 }
 
 /*
- * May the primary come back under another address: a Sentinel answers,
- * and will name the replica it promotes.  Waiters keep their place then.
+ * Does a Sentinel answer now (and so will name the replica it promotes)?
  */
 bool
-rlock_redis_failover_awaited(void)
+rlock_sentinel_answering(void)
 {
-	/* in a Redis Cluster: while a node answers the map's questions */
-	if (rlock_redis_cluster())
-		return rlock_conn_ready(rlock_redis_conn(RLOCK_USE_CLUSTER));
-	return rlock_sentinel_active() &&
-		rlock_conn_ready(rlock_redis_conn(RLOCK_USE_SENTINEL));
+	return rlock_sentinel_active() && rlock_conn_ready(asking);
 }
 
 /*
@@ -442,45 +457,6 @@ sentinel_ask(RlockConn *conn, TimestampTz now)
 }
 
 /*
- * A host as a Sentinel reports it: an address or a host name, nothing
- * that could be anything else.
- */
-static bool
-sentinel_valid_host(const RlockReply *r)
-{
-	int			i;
-
-	if (r->type != RLOCK_REPLY_STRING || r->len == 0 || r->len >= NI_MAXHOST)
-		return false;
-	for (i = 0; i < r->len; i++)
-	{
-		unsigned char c = (unsigned char) r->str[i];
-
-		if (!(isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_' ||
-			  c == '%'))
-			return false;
-	}
-	return true;
-}
-
-static int
-sentinel_valid_port(const RlockReply *r)
-{
-	int			port = 0;
-	int			i;
-
-	if (r->type != RLOCK_REPLY_STRING || r->len == 0 || r->len > 5)
-		return 0;
-	for (i = 0; i < r->len; i++)
-	{
-		if (!isdigit((unsigned char) r->str[i]))
-			return 0;
-		port = port * 10 + (r->str[i] - '0');
-	}
-	return (port >= 1 && port <= 65535) ? port : 0;
-}
-
-/*
  * The Sentinel named the primary: follow it if it moved.
  */
 static void
@@ -501,8 +477,8 @@ sentinel_master_reply(RlockConn *conn, const RlockReply *reply)
 		rlock_conn_give_up(conn, why);
 		return;
 	}
-	if (reply->elements != 2 || !sentinel_valid_host(reply->element[0]) ||
-		(port = sentinel_valid_port(reply->element[1])) == 0)
+	if (reply->elements != 2 || !rlock_reply_is_host(reply->element[0]) ||
+		(port = rlock_reply_port(reply->element[1])) == 0)
 	{
 		rlock_conn_fail(conn,
 						"an answer to SENTINEL GET-MASTER-ADDR-BY-NAME that is no host and port");
@@ -536,7 +512,7 @@ sentinel_master_reply(RlockConn *conn, const RlockReply *reply)
 	master_port = port;
 	master_known = true;
 	error[0] = '\0';
-	rlock_redis_master_moved(master_host, master_port);
+	primary_moved(master_host, master_port);
 }
 
 /*
@@ -594,8 +570,8 @@ sentinel_peers_reply(RlockConn *conn, const RlockReply *reply)
 			continue;
 		ip = sentinel_field(entry, "ip");
 		portr = sentinel_field(entry, "port");
-		if (ip == NULL || portr == NULL || !sentinel_valid_host(ip) ||
-			(port = sentinel_valid_port(portr)) == 0)
+		if (ip == NULL || portr == NULL || !rlock_reply_is_host(ip) ||
+			(port = rlock_reply_port(portr)) == 0)
 			continue;
 		up = sentinel_peer_down(sentinel_field(entry, "flags")) ? 0 : 1;
 		for (j = 0; j < nnodes; j++)
@@ -675,8 +651,8 @@ sentinel_reply(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 
 /*---- connection events ----*/
 
-void
-rlock_sentinel_conn_ready(RlockConn *conn)
+static void
+sentinel_conn_ready(RlockConn *conn)
 {
 	nodes[current].reachable = 1;
 	rlock_redis_status_touch();
@@ -699,10 +675,10 @@ rlock_sentinel_conn_ready(RlockConn *conn)
  * A Sentinel connection failed: the asking one moves on to the next
  * Sentinel, and the watching one follows it there.
  */
-void
-rlock_sentinel_conn_lost(RlockConn *conn)
+static void
+sentinel_conn_lost(RlockConn *conn)
 {
-	RlockConn  *other;
+	RlockConn  *other = watching;
 	int			failed = current;
 
 	if (!rlock_sentinel_active() || conn->use != RLOCK_USE_SENTINEL)
@@ -727,7 +703,6 @@ rlock_sentinel_conn_lost(RlockConn *conn)
 	}
 	current = (current + 1) % nnodes;
 	conn->server = &nodes[current].srv;
-	other = rlock_redis_conn(RLOCK_USE_WATCH);
 	if (other->server != conn->server)
 	{
 		if (other->state != RLOCK_CONN_DOWN)
@@ -741,6 +716,26 @@ rlock_sentinel_conn_lost(RlockConn *conn)
 	if (current != 0)
 		conn->retry_at = 0;
 	rlock_redis_status_touch();
+}
+
+/*
+ * Should a Sentinel connection be up: are Sentinels asked?
+ */
+static bool
+sentinel_conn_wanted(RlockConn *conn, const char **why)
+{
+	return rlock_sentinel_active();
+}
+
+/*
+ * A Sentinel answered as a replica would (it never should): its
+ * commands are answered as lost, as a data connection's behind
+ * Sentinels are.
+ */
+static bool
+sentinel_conn_demoted(RlockConn *conn)
+{
+	return rlock_sentinel_active();
 }
 
 /*
@@ -760,9 +755,9 @@ sentinel_ask_soon(void)
 /*
  * A +switch-master message: ask soon whom the Sentinel names now.
  */
-void
-rlock_sentinel_message(RlockConn *conn, const char *channel, int channellen,
-					   const char *payload, int payloadlen)
+static void
+sentinel_message(RlockConn *conn, const char *channel, int channellen,
+				 const char *payload, int payloadlen)
 {
 	size_t		namelen = strlen(rlock_sentinel_master);
 
@@ -783,26 +778,47 @@ rlock_sentinel_recheck(void)
 	sentinel_ask_soon();
 }
 
+static const RlockConnHooks sentinel_hooks = {
+	.ready = sentinel_conn_ready,
+	.lost = sentinel_conn_lost,
+	.wanted = sentinel_conn_wanted,
+	.message = sentinel_message,
+	.demoted = sentinel_conn_demoted
+};
+
+/*
+ * The worker starts: the settings, and the two connections, made when
+ * Sentinels are to be asked.  "moved" is called when they name another
+ * primary.
+ */
+void
+rlock_sentinel_start(RlockPrimaryMovedFn moved)
+{
+	primary_moved = moved;
+	rlock_sentinel_configure();
+	asking = rlock_conn_create(rlock_sentinel_server(), RLOCK_USE_SENTINEL,
+							   NULL, &sentinel_hooks);
+	watching = rlock_conn_create(rlock_sentinel_server(), RLOCK_USE_WATCH,
+								 NULL, &sentinel_hooks);
+}
+
 void
 rlock_sentinel_tick(TimestampTz now)
 {
-	RlockConn  *conn;
 	int			i;
 
 	if (!rlock_sentinel_active())
 		return;
 	for (i = 0; i < nnodes; i++)
 		rlock_resolve_check(&lookups[i]);
-	conn = rlock_redis_conn(RLOCK_USE_SENTINEL);
-	if (rlock_conn_ready(conn) && !master_inflight && now >= ask_at)
-		sentinel_ask(conn, now);
+	if (rlock_conn_ready(asking) && !master_inflight && now >= ask_at)
+		sentinel_ask(asking, now);
 }
 
 TimestampTz
 rlock_sentinel_next(void)
 {
-	if (!rlock_sentinel_active() ||
-		!rlock_conn_ready(rlock_redis_conn(RLOCK_USE_SENTINEL)) ||
+	if (!rlock_sentinel_active() || !rlock_conn_ready(asking) ||
 		master_inflight)
 		return DT_NOEND;
 	return ask_at;
@@ -818,7 +834,7 @@ rlock_sentinel_next(void)
 void
 rlock_sentinel_status(RlockWorkerStatus *st)
 {
-	RlockConn  *conn = rlock_redis_conn(RLOCK_USE_SENTINEL);
+	RlockConn  *conn = asking;
 	int			reachable = 0;
 	int			i;
 

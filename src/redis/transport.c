@@ -16,8 +16,8 @@
  * Each socket is counted against the server's file descriptor budget
  * (AcquireExternalFD: a third of the descriptors max_files_per_process
  * leaves free), as libpq connections made by a backend are.  When none
- * is left, the idle connection of a Redis Cluster primary that was used
- * least recently is closed to free one (conn.c).
+ * is left, the caller is asked to free one (conn.c closes the idle
+ * connection of a Redis Cluster primary that was used least recently).
  * Bytes move with read(2) and write(2) (background workers ignore
  * SIGPIPE, so a write to a closed peer fails with EPIPE), which also
  * lets /proc/<pid>/io count them.
@@ -240,10 +240,11 @@ socket_tcp_options(pgsocket sock)
 
 /*
  * Create a non-blocking socket and start connecting it.  False (with the
- * reason in conn->error) if that failed at once.
+ * reason in conn->error) if that failed at once.  When no descriptor is
+ * left, "reclaim" is asked to free one, and says whether it did.
  */
 bool
-rlock_socket_open(RlockConn *conn)
+rlock_socket_open(RlockConn *conn, bool (*reclaim) (RlockConn *asking))
 {
 	struct sockaddr_storage addr;
 	socklen_t	addrlen;
@@ -252,7 +253,7 @@ rlock_socket_open(RlockConn *conn)
 	if (!socket_address(conn, &addr, &addrlen))
 		return false;
 	if (!AcquireExternalFD() &&
-		!(rlock_conn_reclaim(conn) && AcquireExternalFD()))
+		!(reclaim(conn) && AcquireExternalFD()))
 	{
 		rlock_conn_set_error(conn,
 							 "no file descriptor left for a socket: the connections rlock may hold open (%d, a third of what max_files_per_process leaves free) are all in use",
