@@ -17,7 +17,7 @@ LUA_HEADERS = $(addsuffix scripts.h,$(LUA_DIRS))
 
 EXTENSION = rlock
 DATA = rlock--1.0.sql rlock--1.0--1.1.sql rlock--1.1--1.2.sql rlock--1.2--1.3.sql \
-	rlock--1.3--1.4.sql
+	rlock--1.3--1.4.sql rlock--1.4--1.5.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
 EXTRA_CLEAN = $(LUA_HEADERS)
 
