@@ -15,11 +15,21 @@ OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c src/*/*/*.c))
 LUA_DIRS = $(filter-out src/kinds/,$(sort $(dir $(wildcard src/*/*.lua src/kinds/*/*.lua))))
 LUA_HEADERS = $(addsuffix scripts.h,$(LUA_DIRS))
 
+# make RLOCK_TEST_KINDS=1: rlock.so with the lock kinds of test/kinds/ as
+# well (test/kinds/README.md), for the tests that take them; a release
+# never has them.  Switching needs a make clean (test/harness does it).
+ifeq ($(RLOCK_TEST_KINDS),1)
+OBJS += $(patsubst %.c,%.o,$(wildcard test/kinds/*/*.c))
+LUA_DIRS += $(sort $(dir $(wildcard test/kinds/*/*.lua)))
+PG_CPPFLAGS_TEST_KINDS = -DRLOCK_TEST_KINDS -I$(srcdir)/test/kinds
+endif
+
 EXTENSION = rlock
 DATA = rlock--1.0.sql rlock--1.0--1.1.sql rlock--1.1--1.2.sql rlock--1.2--1.3.sql \
-	rlock--1.3--1.4.sql
+	rlock--1.3--1.4.sql rlock--1.4--1.5.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
-EXTRA_CLEAN = $(LUA_HEADERS)
+EXTRA_CLEAN = $(LUA_HEADERS) $(wildcard test/kinds/*/scripts.h \
+	test/kinds/*/*.o test/kinds/*/*.bc)
 
 # The version: rlock.control's default_version, the one place it is
 # written.  A release is named by it with a third part for PGXN and Debian
@@ -31,7 +41,7 @@ RELEASE := $(EXTVERSION).0
 
 PG_CPPFLAGS = -I$(srcdir)/src -Wall -Wextra -Werror -Wno-unused-parameter \
 	-Wno-missing-field-initializers -Wno-sign-compare \
-	-DRLOCK_VERSION='"$(EXTVERSION)"'
+	-DRLOCK_VERSION='"$(EXTVERSION)"' $(PG_CPPFLAGS_TEST_KINDS)
 SHLIB_LINK = -lhiredis -lssl -lcrypto
 
 # make SANITIZE=1 with_llvm=no: AddressSanitizer and UBSan, and rlock's
@@ -76,7 +86,8 @@ ifneq ($(shell $(CC) -Werror -Wmissing-variable-declarations -fsyntax-only \
 override CFLAGS := $(filter-out -Wmissing-variable-declarations,$(CFLAGS))
 endif
 # a change to any header rebuilds every file
-$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
+$(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h \
+	test/kinds/*.h)
 
 # The Lua scripts, as C strings (LUA_HEADERS, above): a folder's
 # scripts.h holds its own scripts, with the shared Lua of src/kinds/*.lua

@@ -287,6 +287,24 @@ SELECT has_function_privilege('err_deputy', 'rlock_status()', 'EXECUTE') AS depu
        has_table_privilege('err_deputy', 'rlock_stats', 'SELECT') AS deputy_reads;
 DROP ROLE err_lead, err_deputy;
 SELECT sync_wait IS NOT NULL AS status_1_4 FROM rlock_status();
+-- the 1.5 library serves 1.4's rlock_locks, without the kind
+SELECT rlock_session_try('err:kind');
+SELECT array_length(proallargtypes, 1) AS locks_columns_1_4
+FROM pg_proc WHERE proname = 'rlock_locks';
+SELECT key, state FROM rlock_locks WHERE key = 'err:kind';
+-- 1.5's rlock_locks adds the kind, last; the grants on the view are kept
+REVOKE SELECT ON rlock_locks FROM PUBLIC;
+GRANT SELECT ON rlock_locks TO err_monitor;
+ALTER EXTENSION rlock UPDATE TO '1.5';
+SELECT array_length(proallargtypes, 1) AS locks_columns_1_5
+FROM pg_proc WHERE proname = 'rlock_locks';
+SELECT key, state, kind FROM rlock_locks WHERE key = 'err:kind';
+SELECT has_table_privilege('err_monitor', 'rlock_locks', 'SELECT') AS monitor_sees_locks,
+       has_table_privilege('public', 'rlock_locks', 'SELECT') AS public_sees_locks;
+SELECT count(*) AS public_select_locks_as_installed FROM pg_init_privs p,
+LATERAL aclexplode(p.initprivs) a
+WHERE p.objoid = 'rlock_locks'::regclass AND a.grantee = 0;
+SELECT rlock_session_release('err:kind');
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
 DROP ROLE err_monitor;
@@ -332,7 +350,8 @@ GRANT EXECUTE ON FUNCTION rlock_status() TO err_reader;
 ALTER EXTENSION rlock UPDATE TO '1.2';
 GRANT SELECT ON rlock_stats TO err_reader WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rlock_stats() TO err_reader;
-ALTER EXTENSION rlock UPDATE TO '1.4';
+GRANT SELECT ON rlock_locks TO err_reader;
+ALTER EXTENSION rlock UPDATE TO '1.5';
 SELECT * FROM err_initacl_wrong ORDER BY 2, 3::text;
 -- (no records before PostgreSQL 17)
 SELECT count(*) > 0 OR current_setting('server_version_num')::int < 170000

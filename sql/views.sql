@@ -40,6 +40,9 @@ SELECT key, scope, count, state, pid = pg_backend_pid() AS mine,
        wait_started, wait_until
 FROM rlock_locks WHERE pid = pg_backend_pid()
 ORDER BY key, scope;
+-- each row's lock kind (1.5): the plain kind's name
+SELECT key, scope, kind FROM rlock_locks WHERE pid = pg_backend_pid()
+ORDER BY key, scope;
 -- the lease shown is the one of the newest hold
 SELECT expires_at < clock_timestamp() + interval '31 s' AS watchdog_lease
 FROM rlock_locks WHERE key = 'views:a' AND scope = 'transaction';
@@ -79,9 +82,11 @@ RESET SESSION AUTHORIZATION;
 SET ROLE rlock_views_bob;
 SELECT key, scope, count, state, owner, watchdog, acquired_at
 FROM rlock_locks WHERE pid = pg_backend_pid();
+SELECT kind FROM rlock_locks WHERE pid = pg_backend_pid();
 RESET ROLE;
 SET ROLE rlock_views_stats;
 SELECT key, scope, state FROM rlock_locks WHERE pid = pg_backend_pid();
+SELECT kind FROM rlock_locks WHERE pid = pg_backend_pid();
 RESET ROLE;
 SELECT rlock_session_release('views:alice');
 -- only superusers reset the counters

@@ -40,21 +40,27 @@ extern int64 rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno,
 								   bool zero_ok);
 extern int64 rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz rlock_arg_deadline(int64 us);
+extern int64 rlock_key_query(FunctionCallInfo fcinfo, RlockKind kind,
+							 RlockOp op, RlockKey *key);
 
 /* utility.c: DROP EXTENSION refused while locks are held; statement ends */
 extern void rlock_utility_init(void);
 extern bool rlock_in_routine(void);
 
-/* holds.c: the backend's holds */
-extern RlockStatus rlock_acquire(RlockKind kind, const char *key, int keylen,
-								 bool session, TimestampTz wait_until,
-								 int64 lease_ms, bool use_lock_timeout,
-								 bool want_token, int64 *token);
-extern RlockStatus rlock_release_one(const char *key, int keylen,
+/* holds.c: the backend's holds, each on a key in a kind and mode */
+extern RlockStatus rlock_acquire(RlockKind kind, int mode, const char *key,
+								 int keylen, bool session,
+								 TimestampTz wait_until, int64 lease_ms,
+								 bool use_lock_timeout, bool want_token,
+								 int64 *token);
+extern RlockStatus rlock_release_one(RlockKind kind, int mode,
+									 const char *key, int keylen,
 									 bool session, bool *found);
 extern int	rlock_release_session_all(RlockStatus *status);
-extern int	rlock_held_count(const char *key, int keylen);
-extern int64 rlock_held_token(const char *key, int keylen);
+extern int	rlock_held_count(RlockKind kind, int mode, const char *key,
+							 int keylen);
+extern int64 rlock_held_token(RlockKind kind, int mode, const char *key,
+							  int keylen);
 
 /* xact.c: the transaction's end */
 extern void rlock_xact_callback_first(void);

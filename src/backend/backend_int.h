@@ -32,9 +32,21 @@ typedef struct HoldRun
 	int32		count;
 } HoldRun;
 
+/*
+ * What a session's holds are on, as a LOCALLOCKTAG names a lock and a
+ * mode: a key, in a kind and the kind's mode.  One session may hold one
+ * key in several kinds or modes, each its own local and shared entry.
+ */
+typedef struct LocalHoldTag
+{
+	RlockKeyRef key;			/* data in rlock_session_context */
+	uint8		kind;			/* RlockKind */
+	uint8		mode;
+} LocalHoldTag;
+
 typedef struct LocalHold
 {
-	RlockKeyRef key;			/* hash key; data in rlock_session_context */
+	LocalHoldTag tag;			/* hash key */
 	int			hold;			/* shared entry, -1 if none yet */
 	uint32		generation;		/* of the shared entry when we got it */
 	bool		pinned;
@@ -59,8 +71,8 @@ extern void rlock_local_take_note(LocalHold *lh, bool warn_session,
 								  bool warn_xact);
 extern void rlock_local_unpin_if_unused(LocalHold *lh);
 extern void rlock_local_prune(void);
-extern RlockStatus rlock_hold_request(RlockOp op, RlockKind kind,
-									  LocalHold *lh, bool session,
+extern RlockStatus rlock_hold_request(RlockOp op, LocalHold *lh,
+									  bool session,
 									  TimestampTz wait_until, int64 lease_ms,
 									  bool use_lock_timeout, bool want_token,
 									  int64 *value);

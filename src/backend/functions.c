@@ -264,16 +264,17 @@ rlock_arg_deadline(int64 us)
 }
 
 /*
- * Ask Redis about a key (EXISTS, PTTL).
+ * Ask Redis about a key, through its kind's commands (EXISTS, PTTL: the
+ * probe; FORCE, HOLDER).
  */
 static RlockStatus
-rlock_query(RlockOp op, RlockKey *key, int64 *value)
+rlock_query(RlockKind kind, RlockOp op, RlockKey *key, int64 *value)
 {
 	RlockRequest req;
 
 	memset(&req, 0, sizeof(req));
 	req.args.op = op;
-	req.args.kind = RLOCK_KIND_PLAIN;
+	req.args.kind = (uint8) kind;
 	req.args.mode = 0;
 	req.args.hold = -1;
 	req.args.keylen = key->len;
@@ -301,20 +302,24 @@ rlock_held(PG_FUNCTION_ARGS)
 	RlockKey	key;
 
 	rlock_arg_key(fcinfo, 0, &key);
-	PG_RETURN_INT32(rlock_held_count(key.redis, key.len));
+	PG_RETURN_INT32(rlock_held_count(RLOCK_KIND_PLAIN, 0, key.redis,
+									 key.len));
 }
 
 /*
- * Ask the worker op about the key in argument 0; returns Redis's number.
+ * Ask the worker op about the key in argument 0, in a kind; returns
+ * Redis's number.  The functions below are the plain kind's; another
+ * kind's SQL functions ask with their kind.
  */
-static int64
-rlock_key_query(FunctionCallInfo fcinfo, RlockOp op, RlockKey *key)
+int64
+rlock_key_query(FunctionCallInfo fcinfo, RlockKind kind, RlockOp op,
+				RlockKey *key)
 {
 	RlockStatus status;
 	int64		value = 0;
 
 	rlock_arg_key(fcinfo, 0, key);
-	status = rlock_query(op, key, &value);
+	status = rlock_query(kind, op, key, &value);
 	rlock_report_status(status, key->sql, strlen(key->sql));
 	return value;
 }
@@ -338,14 +343,16 @@ rlock_is_locked(PG_FUNCTION_ARGS)
 	RlockKey	key;
 
 	/* the lease left, -1 for none; -2: no lock (see probe.lua) */
-	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_OP_EXISTS, &key) >= -1);
+	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_KIND_PLAIN, RLOCK_OP_EXISTS,
+								   &key) >= -1);
 }
 
 Datum
 rlock_ttl(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
-	int64		value = rlock_key_query(fcinfo, RLOCK_OP_PTTL, &key);
+	int64		value = rlock_key_query(fcinfo, RLOCK_KIND_PLAIN,
+										RLOCK_OP_PTTL, &key);
 
 	/* -2: no lock (no key, or one not shaped like a lock); -1: a lock
 	 * without expiry */
@@ -366,7 +373,8 @@ rlock_force_release(PG_FUNCTION_ARGS)
 {
 	RlockKey	key;
 
-	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_OP_FORCE, &key) == 1);
+	PG_RETURN_BOOL(rlock_key_query(fcinfo, RLOCK_KIND_PLAIN, RLOCK_OP_FORCE,
+								   &key) == 1);
 }
 
 /*
@@ -416,7 +424,8 @@ rlock_holder(PG_FUNCTION_ARGS)
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	lease_ms = rlock_key_query(fcinfo, RLOCK_OP_HOLDER, &key);
+	lease_ms = rlock_key_query(fcinfo, RLOCK_KIND_PLAIN, RLOCK_OP_HOLDER,
+							   &key);
 
 	memset(nulls, true, sizeof(nulls));
 	text = pstrdup(rlock_last_detail());

@@ -4,8 +4,9 @@
  *		The backend's own view of its holds: one local entry per key this
  *		session holds or waits for, taking, giving back and losing holds.
  *
- * Every key this session holds or waits for has a local entry here, tied to
- * one entry of the shared hold table.  The local entry keeps the holds as a
+ * Every key this session holds or waits for, in each kind and mode
+ * (LocalHoldTag), has a local entry here, tied to one entry of the shared
+ * hold table.  The local entry keeps the holds as a
  * stack of runs: consecutive holds of one scope, taken in one
  * subtransaction with one lease.  That is enough to mirror advisory locks
  * (xact.c ends them with the transaction, a subtransaction or, for
@@ -39,6 +40,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/hsearch.h"
@@ -59,6 +61,27 @@ static int	nidle = 0;
 
 static void rlock_exit_callback(int code, Datum arg);
 
+static uint32
+local_tag_hash(const void *key, Size keysize)
+{
+	const LocalHoldTag *t = (const LocalHoldTag *) key;
+
+	return hash_combine(hash_bytes((const unsigned char *) t->key.data,
+								   t->key.len),
+						((uint32) t->kind << 8) | t->mode);
+}
+
+static int
+local_tag_match(const void *key1, const void *key2, Size keysize)
+{
+	const LocalHoldTag *a = (const LocalHoldTag *) key1;
+	const LocalHoldTag *b = (const LocalHoldTag *) key2;
+
+	if (a->kind != b->kind || a->mode != b->mode || a->key.len != b->key.len)
+		return 1;
+	return memcmp(a->key.data, b->key.data, a->key.len);
+}
+
 /*
  * Create the local table and register the callbacks, the first time this
  * session uses rlock.
@@ -66,6 +89,8 @@ static void rlock_exit_callback(int code, Datum arg);
 static void
 rlock_local_init(void)
 {
+	HASHCTL		ctl;
+
 	if (local_holds != NULL)
 		return;
 
@@ -73,8 +98,14 @@ rlock_local_init(void)
 		rlock_session_context = AllocSetContextCreate(TopMemoryContext,
 													  "rlock session",
 													  ALLOCSET_DEFAULT_SIZES);
-	local_holds = rlock_keyref_table("rlock holds", sizeof(LocalHold),
-									 rlock_session_context);
+	ctl.keysize = sizeof(LocalHoldTag);
+	ctl.entrysize = sizeof(LocalHold);
+	ctl.hash = local_tag_hash;
+	ctl.match = local_tag_match;
+	ctl.hcxt = rlock_session_context;
+	local_holds = hash_create("rlock holds", 64, &ctl,
+							  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+							  HASH_CONTEXT);
 
 	rlock_xact_register();
 	before_shmem_exit(rlock_exit_callback, (Datum) 0);
@@ -90,31 +121,33 @@ rlock_local_used(void)
 }
 
 static LocalHold *
-rlock_local_find(const char *key, int keylen)
+rlock_local_find(RlockKind kind, int mode, const char *key, int keylen)
 {
-	RlockKeyRef k;
+	LocalHoldTag t;
 
 	if (local_holds == NULL)
 		return NULL;
-	k.data = key;
-	k.len = keylen;
-	return (LocalHold *) hash_search(local_holds, &k, HASH_FIND, NULL);
+	t.key.data = key;
+	t.key.len = keylen;
+	t.kind = (uint8) kind;
+	t.mode = (uint8) mode;
+	return (LocalHold *) hash_search(local_holds, &t, HASH_FIND, NULL);
 }
 
 /*
- * Find or create the local entry of a key.  A new entry has no shared
- * entry yet.
+ * Find or create the local entry of a key in a kind and mode.  A new
+ * entry has no shared entry yet.
  */
 static LocalHold *
-rlock_local_enter(const char *key, int keylen)
+rlock_local_enter(RlockKind kind, int mode, const char *key, int keylen)
 {
 	LocalHold  *lh;
-	RlockKeyRef k;
+	LocalHoldTag t;
 	char	   *copy;
 	bool		found;
 
 	rlock_local_init();
-	lh = rlock_local_find(key, keylen);
+	lh = rlock_local_find(kind, mode, key, keylen);
 	if (lh != NULL)
 		return lh;
 
@@ -122,10 +155,12 @@ rlock_local_enter(const char *key, int keylen)
 	copy = MemoryContextAlloc(rlock_session_context, keylen + 1);
 	memcpy(copy, key, keylen);
 	copy[keylen] = '\0';
-	k.data = copy;
-	k.len = keylen;
+	t.key.data = copy;
+	t.key.len = keylen;
+	t.kind = (uint8) kind;
+	t.mode = (uint8) mode;
 
-	lh = (LocalHold *) hash_search(local_holds, &k, HASH_ENTER, &found);
+	lh = (LocalHold *) hash_search(local_holds, &t, HASH_ENTER, &found);
 	Assert(!found);
 	lh->hold = -1;
 	lh->generation = 0;
@@ -147,14 +182,14 @@ rlock_local_enter(const char *key, int keylen)
 static void
 rlock_local_remove(LocalHold *lh)
 {
-	char	   *keydata = (char *) lh->key.data;
+	char	   *keydata = (char *) lh->tag.key.data;
 
 	Assert(!lh->pinned && lh->session_count == 0 && lh->xact_count == 0);
 	dlist_delete(&lh->idle_node);
 	nidle--;
 	if (lh->runs != NULL)
 		pfree(lh->runs);
-	hash_search(local_holds, &lh->key, HASH_REMOVE, NULL);
+	hash_search(local_holds, &lh->tag, HASH_REMOVE, NULL);
 	pfree(keydata);
 }
 
@@ -163,7 +198,7 @@ rlock_local_remove(LocalHold *lh)
  * the worker has not freed it yet, or a new one.
  */
 static void
-rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
+rlock_local_pin(LocalHold *lh)
 {
 	int			index;
 	uint32		generation;
@@ -190,8 +225,9 @@ rlock_local_pin(LocalHold *lh, RlockKind kind, const char *key, int keylen)
 		 * on the way: a superuser's wrapper granted to a role must not
 		 * hand that role's sessions the reserve.
 		 */
-		index = rlock_hold_alloc(rlock_my_owner_id(), kind, key, keylen,
-								 strlen(rlock_prefix()),
+		index = rlock_hold_alloc(rlock_my_owner_id(), lh->tag.kind,
+								 lh->tag.mode, lh->tag.key.data,
+								 lh->tag.key.len, strlen(rlock_prefix()),
 								 superuser_arg(GetOuterUserId()) ? 0 :
 								 rlock_superuser_reserved_locks,
 								 &generation);
@@ -528,7 +564,8 @@ rlock_local_warn_lost(LocalHold *lh, int32 nxact, int32 nsession,
 
 	if (!(warn_session && nsession > 0) && !(warn_xact && nxact > 0))
 		return;
-	key = rlock_sql_key(lh->key.data, lh->key.len, strlen(rlock_prefix()));
+	key = rlock_sql_key(lh->tag.key.data, lh->tag.key.len,
+						strlen(rlock_prefix()));
 	if (warn_session && nsession > 0)
 		ereport(WARNING,
 				(errmsg("session-scoped lock \"%s\" was lost", key),
@@ -563,12 +600,12 @@ rlock_local_take_note(LocalHold *lh, bool warn_session, bool warn_xact)
 }
 
 /*
- * Send a request about an entry of this session (or about all of them,
- * lh NULL) and wait for the answer.  Every request is of the plain kind
- * but an acquire, which says its kind.
+ * Send a request about an entry of this session, in its kind and mode
+ * (or about all of them, lh NULL, which names no kind: 0), and wait for
+ * the answer.
  */
 RlockStatus
-rlock_hold_request(RlockOp op, RlockKind kind, LocalHold *lh, bool session,
+rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
 				   TimestampTz wait_until, int64 lease_ms,
 				   bool use_lock_timeout, bool want_token, int64 *value)
 {
@@ -576,8 +613,8 @@ rlock_hold_request(RlockOp op, RlockKind kind, LocalHold *lh, bool session,
 
 	memset(&req, 0, sizeof(req));
 	req.args.op = op;
-	req.args.kind = (uint8) kind;
-	req.args.mode = 0;
+	req.args.kind = lh ? lh->tag.kind : 0;
+	req.args.mode = lh ? lh->tag.mode : 0;
 	req.args.session = session;
 	req.args.hold = lh ? lh->hold : -1;
 	req.args.hold_generation = lh ? lh->generation : 0;
@@ -612,25 +649,25 @@ rlock_count_acquire_error(int sqlerrcode)
 }
 
 /*
- * Take one hold on a key, waiting until wait_until (0: without limit).
- * Returns OK when granted, BUSY when not; other statuses are errors for
- * the caller to report.
+ * Take one hold on a key in a kind and mode, waiting until wait_until (0:
+ * without limit).  Returns OK when granted, BUSY when not; other statuses
+ * are errors for the caller to report.
  */
 RlockStatus
-rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
-			  TimestampTz wait_until, int64 lease_ms, bool use_lock_timeout,
-			  bool want_token, int64 *token)
+rlock_acquire(RlockKind kind, int mode, const char *key, int keylen,
+			  bool session, TimestampTz wait_until, int64 lease_ms,
+			  bool use_lock_timeout, bool want_token, int64 *token)
 {
-	LocalHold  *volatile lh = rlock_local_enter(key, keylen);
+	LocalHold  *volatile lh = rlock_local_enter(kind, mode, key, keylen);
 	TimestampTz start = GetCurrentTimestamp();
 	RlockStatus status;
 	int64		value;
 
 	PG_TRY();
 	{
-		rlock_local_pin(lh, kind, key, keylen);
+		rlock_local_pin(lh);
 		rlock_local_reserve(lh);
-		status = rlock_hold_request(RLOCK_OP_ACQUIRE, kind, lh, session,
+		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session,
 									wait_until, lease_ms, use_lock_timeout,
 									want_token, &value);
 	}
@@ -702,16 +739,17 @@ rlock_acquire(RlockKind kind, const char *key, int keylen, bool session,
 }
 
 /*
- * Release the newest hold of one scope on a key and report what Redis said
- * about it: OK, or NOT_HELD when Redis no longer had the hold.  *found is
- * false (and nothing happens) when the session has no such hold.  The
- * release is queued before the request, so it happens even if the wait
- * for the answer is interrupted.
+ * Release the newest hold of one scope on a key in a kind and mode and
+ * report what Redis said about it: OK, or NOT_HELD when Redis no longer
+ * had the hold.  *found is false (and nothing happens) when the session
+ * has no such hold.  The release is queued before the request, so it
+ * happens even if the wait for the answer is interrupted.
  */
 RlockStatus
-rlock_release_one(const char *key, int keylen, bool session, bool *found)
+rlock_release_one(RlockKind kind, int mode, const char *key, int keylen,
+				  bool session, bool *found)
 {
-	LocalHold  *volatile lh = rlock_local_find(key, keylen);
+	LocalHold  *volatile lh = rlock_local_find(kind, mode, key, keylen);
 	volatile SubTransactionId subid;
 	RlockStatus status;
 	int64		value;
@@ -729,8 +767,7 @@ rlock_release_one(const char *key, int keylen, bool session, bool *found)
 	rlock_count(RLOCK_STAT_RELEASED, 1);
 	PG_TRY();
 	{
-		status = rlock_hold_request(RLOCK_OP_RELEASE, RLOCK_KIND_PLAIN, lh,
-									session, GetCurrentTimestamp(), 0, false,
+		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, session, GetCurrentTimestamp(), 0, false,
 									false, &value);
 	}
 	PG_CATCH();
@@ -788,20 +825,19 @@ rlock_release_session_all(RlockStatus *status)
 	}
 
 	if (total > 0)
-		*status = rlock_hold_request(RLOCK_OP_BARRIER, RLOCK_KIND_PLAIN,
-									 NULL, true, GetCurrentTimestamp(), 0,
+		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL, true, GetCurrentTimestamp(), 0,
 									 false, false, &value);
 	return total;
 }
 
 /*
- * This session's hold count on a key, both scopes, after taking note of a
- * loss.
+ * This session's hold count on a key in a kind and mode, both scopes,
+ * after taking note of a loss.
  */
 int
-rlock_held_count(const char *key, int keylen)
+rlock_held_count(RlockKind kind, int mode, const char *key, int keylen)
 {
-	LocalHold  *lh = rlock_local_find(key, keylen);
+	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
 
 	if (lh == NULL)
 		return 0;
@@ -815,9 +851,9 @@ rlock_held_count(const char *key, int keylen)
  * one; 0 if no hold did.
  */
 int64
-rlock_held_token(const char *key, int keylen)
+rlock_held_token(RlockKind kind, int mode, const char *key, int keylen)
 {
-	LocalHold  *lh = rlock_local_find(key, keylen);
+	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
 
 	if (lh == NULL)
 		return 0;

@@ -40,7 +40,8 @@ PG_FUNCTION_INFO_V1(rlock_latency_buckets);
 PG_FUNCTION_INFO_V1(rlock_stats_reset_all);
 PG_FUNCTION_INFO_V1(rlock_status);
 
-#define LOCKS_COLS		13
+/* 13 in 1.0 to 1.4; 1.5 adds the kind, last */
+#define LOCKS_COLS		14
 
 /* What rlock_locks needs of one hold entry or request slot */
 typedef struct LockRow
@@ -51,6 +52,7 @@ typedef struct LockRow
 	int			pid;
 	Oid			userid;
 	uint64		owner_id;
+	uint8		kind;			/* RlockKind */
 	int32		nsession;
 	int32		nxact;
 	int32		count;			/* the worker's count */
@@ -165,6 +167,10 @@ views_emit_lock(ReturnSetInfo *rsinfo, LockRow *r, const char *scope,
 			nulls[i] = false;
 		}
 		i++;
+		/* kind (1.5): its name */
+		values[i] = CStringGetTextDatum(rlock_kind_names[r->kind]);
+		nulls[i++] = false;
+		Assert(i == LOCKS_COLS);
 	}
 
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -185,6 +191,7 @@ views_read_hold(int index, LockRow *r)
 	r->pid = h.pid;
 	r->userid = h.userid;
 	r->owner_id = h.owner_id;
+	r->kind = h.kind;
 	r->nsession = h.nsession;
 	r->nxact = h.nxact;
 	r->count = h.count - h.to_release;
@@ -224,6 +231,7 @@ views_read_slot(int index, LockRow *r)
 	r->pid = s->pid;
 	r->userid = s->userid;
 	r->owner_id = s->args.owner_id;
+	r->kind = s->args.kind;
 	r->lease_ms = s->args.lease_ms;
 	r->renew = (s->args.lease_ms == 0);
 	r->wait_started = s->submitted_at;

@@ -84,8 +84,8 @@ rlock_note_xact_loss(LocalHold *lh, SubTransactionId subid)
 {
 	if (xact_lost_key != NULL && xact_lost_subid <= subid)
 		return;
-	xact_lost_key = lh->key.data;
-	xact_lost_keylen = lh->key.len;
+	xact_lost_key = lh->tag.key.data;
+	xact_lost_keylen = lh->tag.key.len;
 	xact_lost_subid = subid;
 }
 
@@ -150,7 +150,7 @@ rlock_warn_outside_block(LocalHold *lh)
 		warned_lxid == rlock_local_xid())
 		return;
 	warned_lxid = rlock_local_xid();
-	key = rlock_sql_key(lh->key.data, lh->key.len, strlen(rlock_prefix()));
+	key = rlock_sql_key(lh->tag.key.data, lh->tag.key.len, strlen(rlock_prefix()));
 	ereport(WARNING,
 			(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
 			 errmsg("transaction-scoped lock \"%s\" taken outside a transaction block", key),
@@ -180,7 +180,7 @@ rlock_verify_before_commit(void)
 		 (rlock_verify_at_commit == RLOCK_VERIFY_LEASE &&
 		  !rlock_xact_holds_vouched())))
 	{
-		status = rlock_hold_request(RLOCK_OP_VERIFY, RLOCK_KIND_PLAIN, NULL,
+		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL,
 									false, GetCurrentTimestamp(),
 									rlock_verify_margin, false, false, &lost);
 		rlock_report_status(status, NULL, 0);

@@ -5,7 +5,8 @@
  *		where keys and channels go, and the batches.
  *
  * Indexed by RlockKind, the number every request and hold entry carries.
- * A new kind adds its folder, a line here and its number in shared.h.
+ * A new kind adds its folder and its line in shared.h's list, which makes
+ * its number, its name and its place here.
  *
  * The topology decides where a script's names go: a channel is a declared
  * key outside a Redis Cluster and an argument in one, and a batch of
@@ -24,10 +25,12 @@
 #include "postgres.h"
 
 #include "kinds/kinds.h"
-#include "kinds/plain/plain.h"
 
+/* in the order of their numbers: shared.h's list makes both */
+#define RLOCK_KIND_ENTRY(NUMBER, name) &rlock_kind_##name,
 const RlockKindMethod *const rlock_kinds[RLOCK_NKINDS] = {
-	&rlock_kind_plain			/* RLOCK_KIND_PLAIN */
+	RLOCK_KIND_LIST(RLOCK_KIND_ENTRY)
+	RLOCK_TEST_KIND_LIST(RLOCK_KIND_ENTRY)
 };
 
 /*

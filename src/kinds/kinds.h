@@ -32,13 +32,17 @@
  */
 typedef int32 RlockAmount;
 
-/* One owner's holds on one key, as the commands name them */
+/* One owner's holds on one key in one mode, as the commands name them */
 typedef struct RlockKindHold
 {
 	const char *key;
 	int			keylen;
 	uint64		owner_id;
+	int			mode;			/* the kind's mode; 0 for a kind without */
 } RlockKindHold;
+
+/* A message that retries every waiter of its channel (the wake method) */
+#define RLOCK_WAKE_ALL		(-1)
 
 /* What an acquire's reply says */
 typedef struct RlockAcquired
@@ -79,10 +83,15 @@ typedef enum RlockBatchResult
 
 typedef struct RlockKindMethod
 {
-	const char *name;
-
 	/* worker start: register the scripts */
 	void		(*init) (void);
+
+	/*
+	 * What one acquire adds to the owner's amount and one release gives
+	 * back (1 for the plain kind).  The worker counts requests granted;
+	 * a command names that count times the step.
+	 */
+	RlockAmount step;
 
 	/* leave the owner holding "amount", with a lease; count a token */
 	void		(*acquire) (RlockArgs *args, RlockCmd *cmd,
@@ -96,7 +105,9 @@ typedef struct RlockKindMethod
 	void		(*release) (RlockArgs *args, RlockCmd *cmd,
 							const RlockKindHold *hold, RlockAmount amount,
 							int64 lease_ms);
-	RlockReleased (*release_result) (const RlockReply *reply);
+	/* what the reply says; *freed: the amount it made free to others */
+	RlockReleased (*release_result) (const RlockReply *reply,
+									 RlockAmount *freed);
 
 	/* renew or check n holds at once, with a lease or a margin in ms; in
 	 * a Redis Cluster the holds may be of many slots of one primary */
@@ -123,7 +134,29 @@ typedef struct RlockKindMethod
 						   int keylen);
 	bool		(*holder_result) (const RlockReply *reply, char *buf,
 								  int buflen, int64 *lease_ms);
+
+	/*
+	 * Waiting, for the worker's waiters (worker/waiters.c) and releases
+	 * (worker/releases.c).  The channel the waiters of a key listen on,
+	 * written to buf (room for RLOCK_CHANNEL_MAXLEN(keylen)); its length.
+	 */
+	int			(*channel) (char *buf, const char *key, int keylen);
+	/* how many waiters a message on that channel retries: RLOCK_WAKE_ALL
+	 * for every one, 0 for none */
+	int			(*wake) (const char *payload, int len);
+	/* how many local waiters of the key a release of this instance that
+	 * leaves the owner "left" hands the lock to, right behind it */
+	int			(*hand_off) (RlockAmount left);
+	/* the message a release that frees the lock publishes (let pass when
+	 * it follows a hand-off, published again after an ASK) */
+	const char *free_message;
 } RlockKindMethod;
+
+/* every kind's methods (shared.h's list names them), and the table */
+#define RLOCK_KIND_METHODS(NUMBER, name) \
+	extern const RlockKindMethod rlock_kind_##name;
+RLOCK_KIND_LIST(RLOCK_KIND_METHODS)
+RLOCK_TEST_KIND_LIST(RLOCK_KIND_METHODS)
 
 extern const RlockKindMethod *const rlock_kinds[RLOCK_NKINDS];
 

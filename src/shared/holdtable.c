@@ -137,8 +137,8 @@ rlock_hold_copy_key(int index, uint32 generation, int *keylen, int *prefixlen)
  * *generation.
  */
 int
-rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
-				 int prefixlen, int reserved, uint32 *generation)
+rlock_hold_alloc(uint64 owner_id, RlockKind kind, int mode, const char *key,
+				 int keylen, int prefixlen, int reserved, uint32 *generation)
 {
 	RlockHold  *h;
 	int			index;
@@ -168,7 +168,8 @@ rlock_hold_alloc(uint64 owner_id, RlockKind kind, const char *key, int keylen,
 	Assert(!h->in_use && !h->queued && !h->acquiring && h->unacked == 0);
 	h->in_use = true;
 	h->owner_id = owner_id;
-	h->kind = kind;
+	h->kind = (uint8) kind;
+	h->mode = (uint8) mode;
 	h->keylen = keylen;
 	h->prefixlen = prefixlen;
 	h->pinned = true;

@@ -33,15 +33,17 @@
 /*
  * Write a name Redisson derives from a lock key into buf: the prefix, then
  * the key in braces, or as it is when it contains "{" already.  buf must
- * have room for RLOCK_CHANNEL_MAXLEN(keylen) bytes (the longer prefix).
- * Returns the length.
+ * have room for RLOCK_CHANNEL_MAXLEN(keylen) bytes: a prefix is at most
+ * as long as the channel's.  Returns the length.  A kind's own names
+ * (its channel) are made with it too.
  */
-static int
+int
 rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
 {
 	int			len = strlen(prefix);
 	bool		braces = (memchr(key, '{', keylen) == NULL);
 
+	Assert(len <= strlen(RLOCK_CHANNEL_PREFIX));
 	memcpy(buf, prefix, len);
 	if (braces)
 		buf[len++] = '{';
@@ -52,6 +54,15 @@ rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
 	buf[len] = '\0';
 	return len;
 }
+
+/*
+ * The kinds' names, as rlock_locks shows them (shared.h's list)
+ */
+#define RLOCK_KIND_NAME(NUMBER, name) #name,
+const char *const rlock_kind_names[RLOCK_NKINDS] = {
+	RLOCK_KIND_LIST(RLOCK_KIND_NAME)
+	RLOCK_TEST_KIND_LIST(RLOCK_KIND_NAME)
+};
 
 /*
  * The unlock channel of a key: redisson_lock__channel:{key}.

@@ -48,15 +48,29 @@ typedef enum RlockOp
 } RlockOp;
 
 /*
- * The kind of lock a request or hold is about.  Every kind has its own
- * Redis layout and scripts; the request path is the same for all.
+ * The kinds of lock, one line each: X(NUMBER, name) makes RLOCK_KIND_NUMBER
+ * the number requests and hold entries carry, rlock_kind_name the kind's
+ * methods (src/kinds/name/) and "name" what rlock_locks shows.  Every kind
+ * has its own Redis layout and scripts; the request path is the same for
+ * all.  A build with make RLOCK_TEST_KINDS=1 adds the kinds of
+ * test/kinds/test_kinds.h after these, for tests only.
  */
+#define RLOCK_KIND_LIST(X) \
+	X(PLAIN, plain)				/* Redisson RLock: reentrant exclusive */
+
+#ifdef RLOCK_TEST_KINDS
+#include "test_kinds.h"
+#else
+#define RLOCK_TEST_KIND_LIST(X)
+#endif
+
+#define RLOCK_KIND_NUMBER(NUMBER, name) RLOCK_KIND_##NUMBER,
 typedef enum RlockKind
 {
-	RLOCK_KIND_PLAIN			/* Redisson RLock: reentrant exclusive lock */
+	RLOCK_KIND_LIST(RLOCK_KIND_NUMBER)
+	RLOCK_TEST_KIND_LIST(RLOCK_KIND_NUMBER)
+	RLOCK_NKINDS
 } RlockKind;
-
-#define RLOCK_NKINDS	(RLOCK_KIND_PLAIN + 1)
 
 /* Outcome of a request, written by the worker */
 typedef enum RlockStatus
@@ -151,7 +165,8 @@ typedef struct RlockHold
 
 	/* constant while in use */
 	uint64		owner_id;		/* the <n> of the owner "<uuid>:<n>" */
-	RlockKind	kind;
+	uint8		kind;			/* RlockKind: with key and owner, */
+	uint8		mode;			/* and the kind's mode, who it is */
 	int			keylen;
 	int			prefixlen;		/* the owner's rlock.key_prefix, in key */
 	int			pid;			/* the owning backend, for the views */
@@ -169,7 +184,9 @@ typedef struct RlockHold
 
 	/* written by the worker */
 	int32		worker_refs;	/* requests the worker works on for it */
-	int32		count;			/* hold count in Redis after what was sent */
+	int32		count;			/* holds in Redis after what was sent, in
+								 * requests granted (a command names
+								 * count times the kind's step) */
 	bool		acquiring;		/* an acquire is on the wire */
 	int32		unacked;		/* releases on the wire */
 	bool		resync;			/* re-assert count in Redis */
@@ -378,7 +395,7 @@ extern char *rlock_hold_copy_key(int index, uint32 generation, int *keylen,
 /* the owning backend */
 #define RLOCK_HOLD_TABLE_FULL		(-1)
 #define RLOCK_HOLD_TABLE_RESERVED	(-2)
-extern int	rlock_hold_alloc(uint64 owner_id, RlockKind kind,
+extern int	rlock_hold_alloc(uint64 owner_id, RlockKind kind, int mode,
 							 const char *key, int keylen, int prefixlen,
 							 int reserved, uint32 *generation);
 extern bool rlock_hold_pin(int index, uint32 generation);
@@ -432,7 +449,10 @@ typedef struct RlockKeyRef
 	int			len;
 } RlockKeyRef;
 
-/* names.c: Redis key, channel and owner names */
+/* names.c: kind names; Redis key, channel and owner names */
+extern const char *const rlock_kind_names[RLOCK_NKINDS];
+extern int	rlock_derived_name(char *buf, const char *prefix, const char *key,
+							   int keylen);
 extern int	rlock_channel_name(char *buf, const char *key, int keylen);
 extern int	rlock_token_name(char *buf, const char *key, int keylen);
 extern int	rlock_owner_name(char *buf, uint64 owner_id);

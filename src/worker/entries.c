@@ -142,6 +142,7 @@ worker_batch_send(RlockConn *conn, WorkerCmdType type, int64 arg_ms,
 		holds[i].key = h->key;
 		holds[i].keylen = h->keylen;
 		holds[i].owner_id = h->owner_id;
+		holds[i].mode = h->mode;
 	}
 	rlock_kinds[kind]->batch(args, &wc->cmd,
 							 type == WORKER_CMD_RENEW ? RLOCK_BATCH_RENEW :

@@ -152,11 +152,13 @@ worker_note_release(const char *key, int keylen)
  * freed the lock on the importing node, and its sharded unlock message
  * went to that node's subscribers only, while the waiters, Redisson's
  * and ours, are subscribed on the node that still owns the slot, which
- * delivers SPUBLISH until the migration ends: publish "0" there too.  A
- * second message costs a waiter a try at most.
+ * delivers SPUBLISH until the migration ends: publish the kind's free
+ * message on the kind's channel there too.  A second message costs a
+ * waiter a try at most.
  */
 void
-worker_publish_unlock(RlockConn *conn, const char *key, int keylen)
+worker_publish_unlock(RlockConn *conn, RlockKind kind, const char *key,
+					  int keylen)
 {
 	WorkerCmd  *wc;
 	RlockArgs  *args;
@@ -169,8 +171,9 @@ worker_publish_unlock(RlockConn *conn, const char *key, int keylen)
 	channel = palloc(RLOCK_CHANNEL_MAXLEN(keylen));
 	args = worker_args();
 	rlock_args_cstr(args, "SPUBLISH");
-	rlock_args_add(args, channel, rlock_channel_name(channel, key, keylen));
-	rlock_args_cstr(args, "0");
+	rlock_args_add(args, channel,
+				   rlock_kinds[kind]->channel(channel, key, keylen));
+	rlock_args_cstr(args, rlock_kinds[kind]->free_message);
 	pfree(channel);
 	wc = worker_cmd_new(WORKER_CMD_PUBLISH);
 	wc->cmd.shape = RLOCK_SHAPE_INTEGER;
@@ -179,37 +182,43 @@ worker_publish_unlock(RlockConn *conn, const char *key, int keylen)
 
 /*
  * Send the release that leaves "target" holds of the entry in Redis.  A
- * full release hands the lock to a local waiter right behind it.
+ * release that frees the lock for others (the kind's hand_off says for
+ * how many) hands it to local waiters right behind it.
  */
 static void
 worker_send_release(int index, int32 target, int64 lease_ms)
 {
 	RlockHold  *h = rlock_hold(index);
+	const RlockKindMethod *kind = rlock_kinds[h->kind];
 	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_RELEASE);
 	RlockArgs  *args = worker_args();
 	RlockKindHold kh;
+	int			hand_off;
 
 	/* a release on its way keeps the entry, its key and owner */
 	kh.key = h->key;
 	kh.keylen = h->keylen;
 	kh.owner_id = h->owner_id;
+	kh.mode = h->mode;
 	wc->hold = index;
 	wc->target = target;
 	wc->lease_ms = worker_lease(lease_ms);
-	rlock_kinds[h->kind]->release(args, &wc->cmd, &kh, target, wc->lease_ms);
+	kind->release(args, &wc->cmd, &kh, target * kind->step, wc->lease_ms);
 	if (!worker_cmd_send(worker_hold_conn(index), wc, args))
 	{
 		rlock_hold_release_unsent(index);
 		return;
 	}
-	if (target == 0)
+	hand_off = kind->hand_off(target * kind->step);
+	if (hand_off != 0)
 	{
 		/*
 		 * An acquire of this instance on the wire now cannot be reached by
 		 * a hand-off: if none took it, such a try that meets the lock still
 		 * held tries again instead of sleeping.
 		 */
-		wc->handoff = rlock_waiters_hand_off(h->key, h->keylen);
+		wc->handoff = rlock_waiters_hand_off(h->kind, h->key, h->keylen,
+											 hand_off);
 		if (wc->handoff == 0)
 			worker_note_release(h->key, h->keylen);
 		else
@@ -344,14 +353,16 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	RlockHold  *h = rlock_hold(wc->hold);
 	RlockStatus status = RLOCK_STATUS_OK;
 	RlockReleased released = RLOCK_RELEASED_INVALID;
+	RlockAmount freed = 0;
 	bool		again = false;
 	bool		later = false;
 
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR)
 	{
-		released = rlock_kinds[h->kind]->release_result(reply);
+		released = rlock_kinds[h->kind]->release_result(reply, &freed);
 		if (released == RLOCK_RELEASED_INVALID)
 		{
+			freed = 0;
 			worker_unknown_status(conn, wc, h->kind);
 			reply = NULL;		/* as good as lost */
 		}
@@ -366,14 +377,13 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	}
 
 	/* no unlock message, or maybe none, to let pass */
-	if (wc->handoff == RLOCK_HANDED_OFF_ECHO &&
-		released != RLOCK_RELEASED_FREED)
-		rlock_waiters_echo_cancel(h->key, h->keylen);
+	if (wc->handoff == RLOCK_HANDED_OFF_ECHO && freed == 0)
+		rlock_waiters_echo_cancel(h->kind, h->key, h->keylen);
 
 	/* freed on a slot's importing node (ASK): its waiters are on the owner */
-	if (released == RLOCK_RELEASED_FREED && wc->cmd.asked &&
-		worker_hold_conn(wc->hold) != conn)
-		worker_publish_unlock(worker_hold_conn(wc->hold), h->key, h->keylen);
+	if (freed > 0 && wc->cmd.asked && worker_hold_conn(wc->hold) != conn)
+		worker_publish_unlock(worker_hold_conn(wc->hold), h->kind, h->key,
+							  h->keylen);
 
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */

@@ -90,7 +90,7 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 		return;
 	}
 
-	rlock_waiters_join(slot, h->key, h->keylen);
+	rlock_waiters_join(slot, h->kind, h->key, h->keylen);
 	rlock_waiters_busy_until(slot, h->key, h->keylen,
 							 pttl > 0 ? TimestampTzPlusMilliseconds(now, pttl) :
 							 pttl == -1 ?
@@ -354,12 +354,12 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		char		text[RLOCK_DETAIL_LEN];
 		int64		lease_ms;
 
-		if (!rlock_kinds[RLOCK_KIND_PLAIN]->holder_result(reply, text,
-														  sizeof(text),
-														  &lease_ms))
+		if (!rlock_kinds[req->args.kind]->holder_result(reply, text,
+														sizeof(text),
+														&lease_ms))
 		{
 			/* a lying server: drop the connection, fail the query now */
-			worker_unknown_status(conn, wc, RLOCK_KIND_PLAIN);
+			worker_unknown_status(conn, wc, req->args.kind);
 			worker_complete(req, RLOCK_STATUS_CONNECTION, 0,
 							"Redis answered a holder query with a reply rlock does not accept.");
 			return;

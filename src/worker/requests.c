@@ -239,7 +239,7 @@ worker_forget(WorkerReq *req)
 		RlockHold  *h = rlock_hold(req->args.hold);
 
 		Assert(req->args.op == RLOCK_OP_ACQUIRE);
-		rlock_waiters_pass_on(h->key, h->keylen, req->handed);
+		rlock_waiters_pass_on(h->kind, h->key, h->keylen, req->handed);
 	}
 	rlock_waiters_leave(worker_slot_of(req));
 	req->woken = false;
@@ -481,6 +481,7 @@ worker_start(WorkerReq *req, uint64 seq, const RlockRequestArgs *args,
 			 const char *key)
 {
 	Assert(req->state == REQ_NONE && req->key == NULL);
+	Assert(args->kind < RLOCK_NKINDS);
 	req->seq = seq;
 	req->args = *args;
 	req->hold_counted = (args->hold >= 0);

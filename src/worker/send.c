@@ -218,7 +218,7 @@ worker_join_line(WorkerReq *req)
 	TimestampTz now;
 	TimestampTz retry_at;
 
-	busy_until = rlock_waiters_line(h->key, h->keylen);
+	busy_until = rlock_waiters_line(h->kind, h->key, h->keylen);
 	now = GetCurrentTimestamp();
 	if (busy_until <= now)
 		return false;			/* no line, or the lease may be over */
@@ -228,7 +228,7 @@ worker_join_line(WorkerReq *req)
 	req->tried = true;
 	req->line_only = true;
 	req->told_busy = true;
-	rlock_waiters_join(worker_slot_of(req), h->key, h->keylen);
+	rlock_waiters_join(worker_slot_of(req), h->kind, h->key, h->keylen);
 	worker_set_state(req, REQ_WAITING);
 	worker_mark_busy(req);
 	retry_at = Min(busy_until,
@@ -261,6 +261,7 @@ worker_send_acquire(WorkerReq *req)
 	kh.owner_id = h->owner_id;
 	kh.key = h->key;
 	kh.keylen = h->keylen;
+	kh.mode = h->mode;
 
 	wc = worker_cmd_new(WORKER_CMD_ACQUIRE);
 	wc->slot = slot;
@@ -272,8 +273,9 @@ worker_send_acquire(WorkerReq *req)
 	if (need > 0)
 		worker_sync_join(sync, need, ask, wc);
 	args = worker_args();
-	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh, target,
-									wc->lease_ms, req->args.want_token);
+	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh,
+								  target * rlock_kinds[h->kind]->step,
+								  wc->lease_ms, req->args.want_token);
 	req->wakes_seen = rlock_waiters_wakes(slot);
 	req->releases_seen = worker_releases_sent();
 	req->woken = false;
@@ -335,30 +337,29 @@ worker_send_verify(WorkerReq *req)
 }
 
 /*
- * Send a request about a key, or none: EXISTS or PTTL on its key, the
- * kind's force script for FORCE, or PING for RELEASE and BARRIER
- * (answered once everything sent before it is).
+ * Send a request about a key, or none: the request's kind's probe for
+ * EXISTS and PTTL, its force script for FORCE, its holder script for
+ * HOLDER, or PING for RELEASE and BARRIER (answered once everything sent
+ * before it is).
  */
 static void
 worker_send_query(WorkerReq *req)
 {
 	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_QUERY);
 	RlockArgs  *args = worker_args();
+	const RlockKindMethod *kind = rlock_kinds[req->args.kind];
 
 	switch (req->args.op)
 	{
 		case RLOCK_OP_FORCE:
-			rlock_kinds[RLOCK_KIND_PLAIN]->force(args, &wc->cmd, req->key,
-												 req->args.keylen);
+			kind->force(args, &wc->cmd, req->key, req->args.keylen);
 			break;
 		case RLOCK_OP_HOLDER:
-			rlock_kinds[RLOCK_KIND_PLAIN]->holder(args, &wc->cmd, req->key,
-												  req->args.keylen);
+			kind->holder(args, &wc->cmd, req->key, req->args.keylen);
 			break;
 		case RLOCK_OP_EXISTS:
 		case RLOCK_OP_PTTL:
-			rlock_kinds[RLOCK_KIND_PLAIN]->probe(args, &wc->cmd, req->key,
-												 req->args.keylen);
+			kind->probe(args, &wc->cmd, req->key, req->args.keylen);
 			break;
 		default:
 			rlock_args_cstr(args, "PING");

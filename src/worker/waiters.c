@@ -8,9 +8,11 @@
  * first waiter arrives and dropped when its last one leaves, so the number
  * of subscriptions never exceeds the number of distinct busy keys.
  *
- * Wake-ups follow Redisson: a subscription being confirmed retries every
- * waiter (the lock may have been freed while subscribing); an unlock
- * message "0" retries one waiter, and "1" (read-write unlock) all of them.
+ * A group's channel, and what a message on it means, are its kind's
+ * (kinds.h: channel, wake, hand_off, free_message): for the plain kind,
+ * Redisson's channel, and an unlock message "0" retries one waiter, "1"
+ * (read-write unlock) all of them.  A subscription being confirmed
+ * retries every waiter (the lock may have been freed while subscribing).
  * Every message also bumps the group's wake count, so a waiter whose try
  * was on the wire when the message came in tries again instead of
  * sleeping.  Messages are only hints: every waiter also has a timer
@@ -68,6 +70,7 @@ typedef enum SubState
 typedef struct WaitGroup
 {
 	RlockKeyRef channel;		/* hash key; data allocated with the group */
+	RlockKind	kind;			/* whose channel it is */
 	SubState	state;
 	dlist_head	waiters;
 	int			nwaiters;
@@ -104,6 +107,7 @@ typedef struct Waiter
 typedef struct PassedWake
 {
 	bool		handed;			/* the lock was handed to it */
+	RlockKind	kind;
 	int			keylen;
 	char		key[FLEXIBLE_ARRAY_MEMBER];
 } PassedWake;
@@ -297,33 +301,54 @@ waiters_subscribe(WaitGroup *g)
 }
 
 /*
- * Retry waiters of a group: all, or the first one that is waiting (not
- * trying already), which then moves to the back of the line.  With a key,
- * only waiters for that key (the keys "k" and "{k}" share a channel), and
- * the one woken is told it was handed the lock.  False if none was
- * waiting.
+ * Retry waiters of a group: all (RLOCK_WAKE_ALL), or the first n that are
+ * waiting (not trying already), which then move to the back of the line.
+ * With a key, only waiters for that key (the keys "k" and "{k}" share a
+ * channel), and those woken are told they were handed the lock.  False if
+ * none was waiting.
  */
 static bool
-waiters_wake(WaitGroup *g, bool all, const char *key, int keylen)
+waiters_wake(WaitGroup *g, int n, const char *key, int keylen)
 {
 	dlist_mutable_iter iter;
-	bool		woke = false;
+	dlist_head	woken;
+	int			nwoken = 0;
 
+	if (n == 0)
+		return false;
+	dlist_init(&woken);
 	dlist_foreach_modify(iter, &g->waiters)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
 		if (worker_retry(w - waiters, key, keylen))
 		{
-			woke = true;
-			if (!all)
+			nwoken++;
+			if (n != RLOCK_WAKE_ALL)
 			{
-				dlist_move_tail(&g->waiters, &w->node);
-				break;
+				dlist_delete(&w->node);
+				dlist_push_tail(&woken, &w->node);
+				if (nwoken == n)
+					break;
 			}
 		}
 	}
-	return woke;
+	/* those woken go to the back of the line, in their order */
+	while (!dlist_is_empty(&woken))
+		dlist_push_tail(&g->waiters, dlist_pop_head_node(&woken));
+	return nwoken > 0;
+}
+
+/*
+ * The group of a key's channel, as its kind names it, or NULL.
+ */
+static WaitGroup *
+waiters_find_key(RlockKind kind, const char *key, int keylen)
+{
+	if (hash_get_num_entries(groups) == 0)
+		return NULL;
+	return waiters_find(channel_buf,
+						rlock_kinds[kind]->channel(channel_buf, key, keylen));
 }
 
 /*
@@ -335,16 +360,11 @@ waiters_wake(WaitGroup *g, bool all, const char *key, int keylen)
  * the lock), and tries at that time at the latest.
  */
 TimestampTz
-rlock_waiters_line(const char *key, int keylen)
+rlock_waiters_line(RlockKind kind, const char *key, int keylen)
 {
-	WaitGroup  *g;
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
 	dlist_iter	iter;
-	int			len;
 
-	if (hash_get_num_entries(groups) == 0)
-		return 0;
-	len = rlock_channel_name(channel_buf, key, keylen);
-	g = waiters_find(channel_buf, len);
 	if (g == NULL || g->busy_until[WAITERS_VARIANT(key, keylen)] == 0)
 		return 0;
 	dlist_foreach(iter, &g->waiters)
@@ -398,7 +418,7 @@ waiters_subscribe_if_due(WaitGroup *g)
  * again a group whose subscription Redis refused a while ago.
  */
 void
-rlock_waiters_join(int slot, const char *key, int keylen)
+rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
 {
 	Waiter	   *w = &waiters[slot];
 	WaitGroup  *g;
@@ -412,7 +432,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		return;
 	}
 
-	len = rlock_channel_name(channel_buf, key, keylen);
+	len = rlock_kinds[kind]->channel(channel_buf, key, keylen);
 	k.data = channel_buf;
 	k.len = len;
 	g = (WaitGroup *) hash_search(groups, &k, HASH_ENTER, &found);
@@ -422,6 +442,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 
 		memcpy(copy, channel_buf, len + 1);
 		g->channel.data = copy;
+		g->kind = kind;
 		g->state = SUB_NONE;	/* new: nothing to count yet */
 		dlist_init(&g->waiters);
 		g->nwaiters = 0;
@@ -435,6 +456,7 @@ rlock_waiters_join(int slot, const char *key, int keylen)
 		g->pubsub = 0;
 		g->inflight = 0;
 	}
+	Assert(g->kind == kind);	/* a channel is one kind's */
 
 	w->group = g;
 	dlist_push_tail(&g->waiters, &w->node);
@@ -473,12 +495,14 @@ rlock_waiters_leave(int slot)
  * loop (rlock_waiters_drain), not inside the ending request's completion.
  */
 void
-rlock_waiters_pass_on(const char *key, int keylen, bool handed)
+rlock_waiters_pass_on(RlockKind kind, const char *key, int keylen,
+					  bool handed)
 {
 	MemoryContext old = MemoryContextSwitchTo(rlock_worker_context);
 	PassedWake *p = palloc(offsetof(PassedWake, key) + keylen + 1);
 
 	p->handed = handed;
+	p->kind = kind;
 	p->keylen = keylen;
 	memcpy(p->key, key, keylen);
 	p->key[keylen] = '\0';
@@ -498,15 +522,12 @@ rlock_waiters_drain(void)
 	while (passed != NIL)
 	{
 		PassedWake *p = (PassedWake *) linitial(passed);
-		WaitGroup  *g = NULL;
+		WaitGroup  *g;
 
 		passed = list_delete_first(passed);
-		if (hash_get_num_entries(groups) > 0)
-			g = waiters_find(channel_buf,
-							 rlock_channel_name(channel_buf, p->key,
-												p->keylen));
+		g = waiters_find_key(p->kind, p->key, p->keylen);
 		if (g == NULL ||
-			!waiters_wake(g, false, p->handed ? p->key : NULL, p->keylen))
+			!waiters_wake(g, 1, p->handed ? p->key : NULL, p->keylen))
 			worker_note_release(p->key, p->keylen);
 		pfree(p);
 	}
@@ -535,24 +556,20 @@ waiters_echo_weight(WaitGroup *g)
 }
 
 /*
- * This instance is freeing "key": hand it to one local waiter, whose try
- * goes out right behind the release instead of after the round trip of
- * the unlock message.  Returns RLOCK_HANDED_OFF if a waiter was retried,
- * and RLOCK_HANDED_OFF_ECHO if besides the release's unlock message will
+ * This instance is freeing "key" for n others (the kind's hand_off
+ * says how many): hand it to that many local waiters, whose tries go out
+ * right behind the release instead of after the round trip of the unlock
+ * message.  Returns RLOCK_HANDED_OFF if a waiter was retried, and
+ * RLOCK_HANDED_OFF_ECHO if besides the release's unlock message will
  * reach the group, which then lets it pass (see
  * rlock_waiters_echo_cancel); 0 if no local waiter was waiting.
  */
 int
-rlock_waiters_hand_off(const char *key, int keylen)
+rlock_waiters_hand_off(RlockKind kind, const char *key, int keylen, int n)
 {
-	WaitGroup  *g;
-	int			len;
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
 
-	if (hash_get_num_entries(groups) == 0)
-		return 0;
-	len = rlock_channel_name(channel_buf, key, keylen);
-	g = waiters_find(channel_buf, len);
-	if (g == NULL || !waiters_wake(g, false, key, keylen))
+	if (g == NULL || !waiters_wake(g, n, key, keylen))
 		return 0;
 	/*
 	 * The release's own unlock message is let pass as an echo: the woken
@@ -572,15 +589,10 @@ rlock_waiters_hand_off(const char *key, int keylen)
  * unlock: wake a waiter now, as it would have.
  */
 void
-rlock_waiters_echo_cancel(const char *key, int keylen)
+rlock_waiters_echo_cancel(RlockKind kind, const char *key, int keylen)
 {
-	WaitGroup  *g;
-	int			len;
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
 
-	if (hash_get_num_entries(groups) == 0)
-		return;
-	len = rlock_channel_name(channel_buf, key, keylen);
-	g = waiters_find(channel_buf, len);
 	if (g == NULL)
 		return;
 	if (g->echoes > 0)
@@ -588,7 +600,7 @@ rlock_waiters_echo_cancel(const char *key, int keylen)
 	else
 	{
 		g->wakes++;
-		waiters_wake(g, false, NULL, 0);
+		waiters_wake(g, 1, NULL, 0);
 	}
 }
 
@@ -647,7 +659,7 @@ waiters_answer(RlockConn *conn, WorkerCmd *wc, WaitGroup *g,
 		g->conn = conn;
 		subs_stale = true;
 		waiters_set_state(g, SUB_SUBSCRIBED);
-		waiters_wake(g, true, NULL, 0);
+		waiters_wake(g, RLOCK_WAKE_ALL, NULL, 0);
 	}
 	else if (wc->type == WORKER_CMD_UNSUBSCRIBE &&
 			 g->state == SUB_UNSUBSCRIBING && g->nwaiters == 0)
@@ -677,17 +689,20 @@ rlock_waiters_message(const char *channel, int channellen,
 					  const char *payload, int payloadlen)
 {
 	WaitGroup  *g = waiters_find(channel, channellen);
+	const RlockKindMethod *kind;
 
 	rlock_count(RLOCK_STAT_UNLOCK_MESSAGES, 1);
 	if (g == NULL)
 		return;
-	if (g->echoes > 0 && payloadlen == 1 && payload[0] == '0')
+	kind = rlock_kinds[g->kind];
+	if (g->echoes > 0 && payloadlen == strlen(kind->free_message) &&
+		memcmp(payload, kind->free_message, payloadlen) == 0)
 	{
 		g->echoes--;			/* ours, and handed off already */
 		return;
 	}
 	g->wakes++;
-	waiters_wake(g, payloadlen == 1 && payload[0] == '1', NULL, 0);
+	waiters_wake(g, kind->wake(payload, payloadlen), NULL, 0);
 }
 
 /*

@@ -141,7 +141,7 @@ worker_unknown_status(RlockConn *conn, const WorkerCmd *wc, RlockKind kind)
 	Assert(wc->type < lengthof(what) && what[wc->type] != NULL);
 	snprintf(detail, sizeof(detail),
 			 "%s (lock kind %s) answered with an unknown status",
-			 what[wc->type], rlock_kinds[kind]->name);
+			 what[wc->type], rlock_kind_names[kind]);
 	rlock_conn_fail(conn, detail);
 }
 

@@ -209,8 +209,8 @@ extern uint64 worker_releases_sent(void);
 extern uint64 worker_release_mark(const char *key, int keylen);
 extern void worker_note_release(const char *key, int keylen);
 extern bool worker_release_inflight(const char *key, int keylen);
-extern void worker_publish_unlock(RlockConn *conn, const char *key,
-								  int keylen);
+extern void worker_publish_unlock(RlockConn *conn, RlockKind kind,
+								  const char *key, int keylen);
 
 /* owners.c: entries by owner */
 extern void rlock_owners_init(void);
@@ -231,18 +231,23 @@ extern void rlock_registry_reply(RlockConn *conn, WorkerCmd *wc,
 
 /* waiters.c: local waiters and the subscriptions they share */
 extern void rlock_waiters_init(int nslots);
-extern void rlock_waiters_join(int slot, const char *key, int keylen);
+extern void rlock_waiters_join(int slot, RlockKind kind, const char *key,
+							   int keylen);
 extern void rlock_waiters_leave(int slot);
-extern void rlock_waiters_pass_on(const char *key, int keylen, bool handed);
+extern void rlock_waiters_pass_on(RlockKind kind, const char *key,
+								  int keylen, bool handed);
 extern void rlock_waiters_drain(void);
 extern uint64 rlock_waiters_wakes(int slot);
-extern TimestampTz rlock_waiters_line(const char *key, int keylen);
+extern TimestampTz rlock_waiters_line(RlockKind kind, const char *key,
+									  int keylen);
 extern void rlock_waiters_busy_until(int slot, const char *key, int keylen,
 									 TimestampTz until);
 #define RLOCK_HANDED_OFF		1
 #define RLOCK_HANDED_OFF_ECHO	2
-extern int	rlock_waiters_hand_off(const char *key, int keylen);
-extern void rlock_waiters_echo_cancel(const char *key, int keylen);
+extern int	rlock_waiters_hand_off(RlockKind kind, const char *key,
+								   int keylen, int n);
+extern void rlock_waiters_echo_cancel(RlockKind kind, const char *key,
+									  int keylen);
 extern void rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc,
 								const RlockReply *reply);
 extern void rlock_waiters_message(const char *channel, int channellen,

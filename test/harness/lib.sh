@@ -57,7 +57,7 @@ build_and_install() {
 	shift
 	[ "$mode" = 1 ] && args=(SANITIZE=1 with_llvm=no)
 	args+=("$@")
-	mode="$mode $(pg_config_of "$@")"
+	mode="$mode $(pg_config_of "$@") $*"
 	if [ "$(cat "$dir/.build-mode" 2>/dev/null)" != "$mode" ]; then
 		make -s -C "$dir" "${args[@]}" clean >/dev/null
 		echo "$mode" >"$dir/.build-mode"

@@ -27,7 +27,7 @@
  */
 #include "postgres.h"
 
-#include "kinds/plain/plain.h"
+#include "kinds/kinds.h"
 #include "kinds/plain/scripts.h"
 
 static int	script_acquire;
@@ -63,15 +63,44 @@ plain_add_token(RlockArgs *args, const RlockKindHold *hold)
 }
 
 /*
+ * The unlock channel of a key, Redisson's: redisson_lock__channel:{key}
+ */
+static int
+plain_channel(char *buf, const char *key, int keylen)
+{
+	return rlock_channel_name(buf, key, keylen);
+}
+
+/*
  * The unlock channel of a key, palloc'd, and its length in *len.
  */
 static char *
-plain_channel(const char *key, int keylen, int *len)
+plain_channel_copy(const char *key, int keylen, int *len)
 {
 	char	   *channel = palloc(RLOCK_CHANNEL_MAXLEN(keylen));
 
-	*len = rlock_channel_name(channel, key, keylen);
+	*len = plain_channel(channel, key, keylen);
 	return channel;
+}
+
+/*
+ * Redisson's messages: "0" (an unlock) wakes one waiter, "1" (a
+ * read-write lock's unlock, which may free it for many readers) all of
+ * them; any other wakes one, as Redisson's lock retries on any message.
+ */
+static int
+plain_wake(const char *payload, int len)
+{
+	return (len == 1 && payload[0] == '1') ? RLOCK_WAKE_ALL : 1;
+}
+
+/*
+ * An exclusive lock: a release that leaves nothing frees it for one.
+ */
+static int
+plain_hand_off(RlockAmount left)
+{
+	return left == 0 ? 1 : 0;
 }
 
 /*
@@ -112,7 +141,7 @@ plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 			  RlockAmount target, int64 lease_ms)
 {
 	int			len;
-	char	   *channel = plain_channel(hold->key, hold->keylen, &len);
+	char	   *channel = plain_channel_copy(hold->key, hold->keylen, &len);
 
 	rlock_kind_script(args, script_release, 1, 1);
 	rlock_args_add(args, hold->key, hold->keylen);
@@ -125,15 +154,22 @@ plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 	cmd->shape = RLOCK_SHAPE_INTEGER_OR_NIL;
 }
 
+/*
+ * A release frees the lock for one other owner, or nothing.
+ */
 static RlockReleased
-plain_release_result(const RlockReply *reply)
+plain_release_result(const RlockReply *reply, RlockAmount *freed)
 {
+	*freed = 0;
 	if (reply->type == RLOCK_REPLY_NIL)
 		return RLOCK_RELEASED_NOT_HELD;
 	if (reply->integer == 0)
 		return RLOCK_RELEASED_KEPT;
 	if (reply->integer == 1)
+	{
+		*freed = 1;
 		return RLOCK_RELEASED_FREED;
+	}
 	return RLOCK_RELEASED_INVALID;
 }
 
@@ -166,7 +202,7 @@ static void
 plain_force(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen)
 {
 	int			len;
-	char	   *channel = plain_channel(key, keylen, &len);
+	char	   *channel = plain_channel_copy(key, keylen, &len);
 
 	rlock_kind_script(args, script_force, 1, 1);
 	rlock_args_add(args, key, keylen);
@@ -241,16 +277,20 @@ plain_holder_result(const RlockReply *reply, char *buf, int buflen,
 }
 
 const RlockKindMethod rlock_kind_plain = {
-	"plain",
-	plain_init,
-	plain_acquire,
-	plain_acquire_result,
-	plain_release,
-	plain_release_result,
-	plain_batch,
-	rlock_kind_batch_result,
-	plain_probe,
-	plain_force,
-	plain_holder,
-	plain_holder_result
+	.init = plain_init,
+	.step = 1,
+	.acquire = plain_acquire,
+	.acquire_result = plain_acquire_result,
+	.release = plain_release,
+	.release_result = plain_release_result,
+	.batch = plain_batch,
+	.batch_result = rlock_kind_batch_result,
+	.probe = plain_probe,
+	.force = plain_force,
+	.holder = plain_holder,
+	.holder_result = plain_holder_result,
+	.channel = plain_channel,
+	.wake = plain_wake,
+	.hand_off = plain_hand_off,
+	.free_message = "0"
 };

@@ -62,7 +62,7 @@ plain_take(FunctionCallInfo fcinfo, bool session, bool bounded,
 		lease_ms = rlock_arg_lease_ms(fcinfo, 1);
 	}
 
-	status = rlock_acquire(RLOCK_KIND_PLAIN, key.redis, key.len, session,
+	status = rlock_acquire(RLOCK_KIND_PLAIN, 0, key.redis, key.len, session,
 						   wait_until, lease_ms, !bounded, want_token, token);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	return status == RLOCK_STATUS_OK;
@@ -79,10 +79,12 @@ plain_give(FunctionCallInfo fcinfo, bool session)
 	bool		found;
 
 	rlock_arg_key(fcinfo, 0, &key);
-	status = rlock_release_one(key.redis, key.len, session, &found);
+	status = rlock_release_one(RLOCK_KIND_PLAIN, 0, key.redis, key.len,
+							   session, &found);
 	if (!found)
 	{
-		bool		other_scope = rlock_held_count(key.redis, key.len) > 0;
+		bool		other_scope = rlock_held_count(RLOCK_KIND_PLAIN, 0, key.redis,
+												key.len) > 0;
 
 		ereport(WARNING,
 				(errmsg("lock \"%s\" is not held in %s scope by this session",
@@ -174,7 +176,7 @@ rlock_token(PG_FUNCTION_ARGS)
 	int64		token;
 
 	rlock_arg_key(fcinfo, 0, &key);
-	token = rlock_held_token(key.redis, key.len);
+	token = rlock_held_token(RLOCK_KIND_PLAIN, 0, key.redis, key.len);
 	if (token == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(token);
