@@ -69,12 +69,16 @@ is(look("SELECT expires_at > now() FROM rlock_locks WHERE key = 'ht:a'"),
 my $owner = look("SELECT owner FROM rlock_locks WHERE key = 'ht:a'");
 is(redis_count('ht:a', $owner), 1, 'Redis holds one for its owner');
 
-is( $s->query_safe(
-		"SELECT parent FROM pg_backend_memory_contexts WHERE name = 'rlock session'"),
+# a context's parent: PostgreSQL 18 replaced the parent column by the
+# path of transient ids from TopMemoryContext down to the context
+my $parent_of = $node->safe_psql('postgres', 'SHOW server_version_num') >= 180000
+  ? "SELECT p.name FROM pg_backend_memory_contexts c JOIN pg_backend_memory_contexts p
+	   ON p.path[cardinality(p.path)] = c.path[cardinality(c.path) - 1] WHERE c.name = '%s'"
+  : "SELECT parent FROM pg_backend_memory_contexts WHERE name = '%s'";
+is($s->query_safe(sprintf($parent_of, 'rlock session')),
 	'TopMemoryContext',
 	'the session has an "rlock session" context, a child of TopMemoryContext');
-is( $s->query_safe(
-		"SELECT parent FROM pg_backend_memory_contexts WHERE name = 'rlock holds'"),
+is($s->query_safe(sprintf($parent_of, 'rlock holds')),
 	'rlock session', 'which holds the table of its holds');
 
 # -- the one entry re-entered in both scopes (publish) ----------------------
