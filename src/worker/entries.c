@@ -87,14 +87,16 @@ worker_hold_owned(int index, uint64 owner_id, bool holding,
 }
 
 /*
- * A forced release from this instance removed the lock: the local holders
- * of the key lost it, whatever rlock.verify_at_commit says.  An entry with
+ * A forced release from this instance removed the lock of a kind: the
+ * local holders of the key in that kind lost it, whatever
+ * rlock.verify_at_commit says (a hold of the key in another kind is
+ * another lock, which the forced release left alone).  An entry with
  * no confirmed hold is a waiter let in after the removal, or about to be:
  * it is left alone.  The key of an entry is compared only while it is the
  * entry read, whose key stays as long as its generation.
  */
 void
-worker_holds_lose_key(const char *key, int keylen)
+worker_holds_lose_key(RlockKind kind, const char *key, int keylen)
 {
 	int			newly_lost = 0;
 	int			i;
@@ -105,7 +107,8 @@ worker_holds_lose_key(const char *key, int keylen)
 		bool		newly;
 
 		rlock_hold_read(i, &h);
-		if (!h.in_use || h.count <= 0 || h.keylen != keylen ||
+		if (!h.in_use || h.kind != kind || h.count <= 0 ||
+			h.keylen != keylen ||
 			memcmp(rlock_hold(i)->key, key, keylen) != 0)
 			continue;
 		if (rlock_hold_lose(i, h.generation, &newly) && newly)

@@ -379,7 +379,8 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	else if (reply->type == RLOCK_REPLY_INTEGER)
 	{
 		if (req->args.op == RLOCK_OP_FORCE && reply->integer == 1)
-			worker_holds_lose_key(req->key, req->args.keylen);
+			worker_holds_lose_key(req->args.kind, req->key,
+								  req->args.keylen);
 		worker_complete(req, RLOCK_STATUS_OK, reply->integer, NULL);
 	}
 	else

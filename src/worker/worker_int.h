@@ -265,7 +265,8 @@ extern bool worker_hold_acquiring(int index);
 extern bool worker_hold_settled(int index);
 extern bool worker_hold_owned(int index, uint64 owner_id, bool holding,
 							  uint32 *generation);
-extern void worker_holds_lose_key(const char *key, int keylen);
+extern void worker_holds_lose_key(RlockKind kind, const char *key,
+								  int keylen);
 #define RLOCK_BATCH		100
 typedef struct WorkerBatcher
 {

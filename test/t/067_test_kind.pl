@@ -126,6 +126,30 @@ ok( RlockTest::wait_until(
 	'and the holder\'s hold is lost');
 is($s1->query_safe("SELECT ticket_release('tk:a', true)"), 'f',
 	'its release finds nothing in Redis');
+
+# -- a forced release of one kind leaves the other kind's hold alone ---------
+
+is($s2->query_safe("SELECT ticket_try('tk:f', '0', true)"), 't',
+	'a ticket of tk:f is taken');
+is($s2->query_safe("SELECT rlock_session_try('tk:f')"), 't',
+	'and a plain lock of tk:f');
+is(look("SELECT ticket_force('tk:f')"), 't', 'the ticket is forced away');
+ok( RlockTest::wait_until(
+		sub {
+			look("SELECT state FROM rlock_locks WHERE key = 'tk:f' AND kind = 'ticket'")
+			  eq 'lost';
+		},
+		10),
+	'the ticket hold is lost');
+# the plain lock is still in Redis: its hold is not lost
+is($redis->cmd('HEXISTS', 'tk:f', look("SELECT owner FROM rlock_locks WHERE key = 'tk:f' AND kind = 'plain'")), 1,
+	'Redis still has the plain lock');
+is(look("SELECT state FROM rlock_locks WHERE key = 'tk:f' AND kind = 'plain'"), 'held',
+	'the plain hold of the key is not marked lost');
+is($s2->query_safe("SELECT rlock_session_release('tk:f')"), 't',
+	'the plain lock is released, held');
+is($s2->query_safe("SELECT ticket_release('tk:f', true)"), 'f',
+	'the ticket finds nothing in Redis');
 $s2->quit;
 $s1->quit;
 ok(RlockTest::wait_until(sub { look('SELECT locks_in_use FROM rlock_status()') == 0 }, 10),
