@@ -17,18 +17,24 @@ LUA_HEADERS = $(addsuffix scripts.h,$(LUA_DIRS))
 
 # make RLOCK_TEST_KINDS=1: rlock.so with the lock kinds of test/kinds/ as
 # well (test/kinds/README.md), for the tests that take them; a release
-# never has them.  Switching needs a make clean (test/harness does it).
+# never has them.  The stamp records which build the objects are of, and
+# every object depends on it: a make of the other sort rebuilds them all
+# rather than keep (or install) a library of the wrong one.
 ifeq ($(RLOCK_TEST_KINDS),1)
 OBJS += $(patsubst %.c,%.o,$(wildcard test/kinds/*/*.c))
 LUA_DIRS += $(sort $(dir $(wildcard test/kinds/*/*.lua)))
 PG_CPPFLAGS_TEST_KINDS = -DRLOCK_TEST_KINDS -I$(srcdir)/test/kinds
+endif
+KINDS_STAMP = .test-kinds-stamp
+ifneq ($(shell cat $(KINDS_STAMP) 2>/dev/null),test-kinds=$(RLOCK_TEST_KINDS))
+$(shell echo 'test-kinds=$(RLOCK_TEST_KINDS)' > $(KINDS_STAMP))
 endif
 
 EXTENSION = rlock
 DATA = rlock--1.0.sql rlock--1.0--1.1.sql rlock--1.1--1.2.sql rlock--1.2--1.3.sql \
 	rlock--1.3--1.4.sql rlock--1.4--1.5.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
-EXTRA_CLEAN = $(LUA_HEADERS) $(wildcard test/kinds/*/scripts.h \
+EXTRA_CLEAN = $(LUA_HEADERS) $(KINDS_STAMP) $(wildcard test/kinds/*/scripts.h \
 	test/kinds/*/*.o test/kinds/*/*.bc)
 
 # The version: rlock.control's default_version, the one place it is
@@ -95,7 +101,7 @@ $(OBJS) $(OBJS:.o=.bc): $(wildcard src/*.h src/*/*.h src/*/*/*.h \
 # its own.  Any .lua file changed makes every scripts.h again (it takes no
 # time), and every object waits for every scripts.h, as it does for every
 # header.
-$(OBJS) $(OBJS:.o=.bc): $(LUA_HEADERS)
+$(OBJS) $(OBJS:.o=.bc): $(LUA_HEADERS) $(KINDS_STAMP)
 $(LUA_HEADERS): %/scripts.h: src/kinds/embed-lua \
 		$(wildcard src/kinds/*.lua $(addsuffix *.lua,$(LUA_DIRS)))
 	src/kinds/embed-lua $(filter $*/%.lua,$^) >$@.tmp || { rm -f $@.tmp; exit 1; }
