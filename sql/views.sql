@@ -14,7 +14,7 @@ SELECT worker_pid IS NOT NULL AS worker_runs,
        redis_address LIKE '127.0.0.1:%' AS address,
        command_connection, subscriber_connection,
        connection_since <= now() AS since,
-       redis_version ~ '^[0-9]+\.[0-9]+' AS version, redis_role,
+       redis_version ~ '^(valkey )?[0-9]+\.[0-9]+' AS version, redis_role,
        subscribed_channels, max_locks >= locks_in_use AS room, waiting
 FROM rlock_status();
 SELECT worker_pid = (SELECT pid FROM pg_stat_activity
