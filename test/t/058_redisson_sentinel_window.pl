@@ -205,10 +205,13 @@ sub mixed_failover
 	my $log_from = -s $node->logfile;
 	my $run = $java->send('load', 'run', $key, 4, $LOAD * 1000);
 	my $out = '';
-	my $pgbench = IPC::Run::start(
-		[ 'pgbench', '-n', '-c', 2, '-j', 1, '-T', $LOAD, '-f', $script,
-		  '-h', $node->host, '-p', $node->port, 'postgres' ],
-		'<', \undef, '>&', \$out);
+	my $pgbench_for = sub {
+		my ($seconds, $to) = @_;
+		return ([ 'pgbench', '-n', '-c', 2, '-j', 1, '-T', $seconds, '-f', $script,
+				  '-h', $node->host, '-p', $node->port, 'postgres' ],
+			'<', \undef, '>&', $to);
+	};
+	my $pgbench = IPC::Run::start($pgbench_for->($LOAD, \$out));
 	my $ready = RlockTest::wait_until(
 		sub {
 			sql("SELECT count(*) FILTER (WHERE who = 'java') >= 20
@@ -223,6 +226,18 @@ sub mixed_failover
 	  ? $dep->kill_primary(timeout => 30)
 	  : $dep->failover(timeout => 30);
 	$pgbench->finish;
+	# A slow vote can take longer than what was left of the load: then
+	# the SQL side goes on in short runs until one of its sections
+	# committed on the new primary, or for 30 s.
+	my $more_until = time + 30;
+	while (time < $more_until
+		&& sql("SELECT count(*) FROM sections
+				WHERE who = 'sql' AND port = " . $new->port) == 0)
+	{
+		my $more = '';
+		IPC::Run::run($pgbench_for->(2, \$more));
+		$out .= $more;
+	}
 	my $answer = $java->result($run, 60);
 	$java->stop;
 
