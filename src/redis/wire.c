@@ -401,18 +401,33 @@ conn_read(RlockConn *conn)
 		{
 			if (!rlock_reader_check_pending(conn->reader))
 				break;
-			continue;
 		}
-		while ((rc = rlock_reader_next(conn->reader, &reply)) > 0)
+		else
 		{
-			conn->partial_since = 0;
-			conn_dispatch(conn, reply);
-			rlock_reply_free(reply);
-			if (conn->failed)
-				return;
+			while ((rc = rlock_reader_next(conn->reader, &reply)) > 0)
+			{
+				conn->partial_since = 0;
+				conn_dispatch(conn, reply);
+				rlock_reply_free(reply);
+				if (conn->failed)
+					return;
+			}
+			if (rc < 0)
+				break;
 		}
-		if (rc < 0)
-			break;
+
+		/*
+		 * A short read emptied the socket: asking again would only hear
+		 * EAGAIN, a system call per wake-up.  The wait set watches the
+		 * socket level-triggered, so bytes that arrive meanwhile wake the
+		 * loop at once; bytes TLS decrypted ahead are not in the socket,
+		 * so they are read now.
+		 */
+		if (n < RLOCK_READ_CHUNK && !conn->transport->pending(conn))
+		{
+			conn->io_want = WL_SOCKET_READABLE;
+			return;
+		}
 	}
 	if (conn->reader->fault != RLOCK_READER_OK)
 	{
