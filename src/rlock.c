@@ -65,6 +65,8 @@ static const struct config_enum_entry verify_options[] = {
 	{NULL, 0, false}
 };
 int			rlock_verify_margin = 2000;
+bool		rlock_client_tracking = true;
+int			rlock_verify_window = 1;
 int			rlock_tls = RLOCK_TLS_OFF;
 char	   *rlock_tls_ca_file = NULL;
 char	   *rlock_tls_cert_file = NULL;
@@ -274,6 +276,22 @@ rlock_define_settings(void)
 							"The check before a commit extends shorter leases to this.  Set by superusers, per role or database too.",
 							&rlock_verify_margin,
 							2000, 0, RLOCK_MAX_TIMEOUT_MS,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("rlock.client_tracking",
+							 "Has Redis announce changes of held locks, so that a commit need not ask.",
+							 "With rlock.verify_at_commit = on, a commit whose locks nobody changed since Redis confirmed them, on a worker that heard from Redis within rlock.verify_window, does without the round trip.  Needs CLIENT TRACKING (Redis 6 and later, Valkey); where Redis refuses it, commits ask.",
+							 &rlock_client_tracking,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.verify_window",
+							"How recent the worker's news from Redis must be for a commit to trust client-side tracking.",
+							"A change of a lock made within about this long before COMMIT may go unnoticed, as one made during the check's round trip may without tracking; 0 makes every commit ask.  Set by superusers, per role or database too.",
+							&rlock_verify_window,
+							1, 0, 1000,
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -76,6 +76,8 @@ typedef enum RlockVerify
 	RLOCK_VERIFY_ON				/* ask Redis at every commit */
 } RlockVerify;
 extern int	rlock_verify_margin;
+extern bool rlock_client_tracking;
+extern int	rlock_verify_window;
 
 /* rlock.tls: as libpq's sslmode */
 typedef enum RlockTls

@@ -97,16 +97,41 @@ rlock_note_xact_loss(LocalHold *lh, SubTransactionId subid)
  * ends more than rlock.verify_margin from now, nothing queued for it may
  * shorten that lease, and the worker has seen nothing wrong with it
  * since.  Asking Redis again could then only catch someone removing the
- * lock by hand.
+ * lock by hand: enough for "lease".  For "on" ("tracked"), Redis must
+ * also have tracked each hold's key since it confirmed the hold (worker/
+ * track.c), so that any change by anyone would have been announced, and
+ * the worker must have handled the announcements of changes made up to
+ * rlock.verify_window ago.
  */
 static bool
-rlock_xact_holds_vouched(void)
+rlock_xact_holds_vouched(bool tracked)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz enough = TimestampTzPlusMilliseconds(now, rlock_verify_margin);
 	uint32		epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
+	uint32		track_epoch = 0;
 	TimestampTz reply_at;
 	dlist_iter	iter;
+
+	/*
+	 * With "on", only client-side tracking vouches: armed, and the worker
+	 * has handled every announcement of a change Redis made up to
+	 * rlock.verify_window ago.  That is read before the holds, which the
+	 * worker changes before it moves track_fresh_at.
+	 */
+	if (tracked)
+	{
+		TimestampTz fresh_at;
+
+		if (rlock_verify_window <= 0)
+			return false;
+		track_epoch = pg_atomic_read_u32(&rlock_shared->track_epoch);
+		fresh_at = (TimestampTz) pg_atomic_read_u64(&rlock_shared->track_fresh_at);
+		pg_read_barrier();
+		if (track_epoch == 0 ||
+			fresh_at < now - (int64) rlock_verify_window * 1000)
+			return false;
+	}
 
 	/*
 	 * A connection that died without a word (a host gone, a partition)
@@ -127,7 +152,8 @@ rlock_xact_holds_vouched(void)
 		if (!rlock_hold_is_current(&h, lh->generation) ||
 			h.lost || h.resync || h.acquiring || h.queued ||
 			h.to_release != 0 || h.unacked != 0 || h.count <= 0 ||
-			h.epoch != epoch || h.expires_at <= enough)
+			h.epoch != epoch || h.expires_at <= enough ||
+			(tracked && h.track_epoch != track_epoch))
 			return false;
 	}
 	return true;
@@ -176,9 +202,8 @@ rlock_verify_before_commit(void)
 	int64		lost;
 
 	if (!dlist_is_empty(&rlock_xact_holds) &&
-		(rlock_verify_at_commit == RLOCK_VERIFY_ON ||
-		 (rlock_verify_at_commit == RLOCK_VERIFY_LEASE &&
-		  !rlock_xact_holds_vouched())))
+		rlock_verify_at_commit != RLOCK_VERIFY_OFF &&
+		!rlock_xact_holds_vouched(rlock_verify_at_commit == RLOCK_VERIFY_ON))
 	{
 		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL,
 									false, GetCurrentTimestamp(),

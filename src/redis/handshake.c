@@ -74,6 +74,8 @@ typedef enum HandshakeStep
 	STEP_SETNAME,
 	STEP_INFO,					/* version and run_id of the server */
 	STEP_CLIENT_ID,				/* this connection's id, for the next fence */
+	STEP_REDIRECT_ID,			/* a subscriber's id, for CLIENT TRACKING
+								 * ... REDIRECT on the command connection */
 	STEP_FENCE,					/* CLIENT KILL ID of the previous one */
 	STEP_SCRIPT_LOAD,
 	STEP_ROLE,
@@ -441,6 +443,16 @@ rlock_handshake_begin(RlockConn *conn)
 		handshake_send(conn, STEP_CLIENT_ID, RLOCK_SHAPE_INTEGER, 0);
 		handshake_load_scripts(conn);
 	}
+
+	/* before any SUBSCRIBE, which allows no CLIENT ID after it */
+	if (conn->use == RLOCK_USE_SUBSCRIBER)
+	{
+		conn->client_id = 0;
+		args = handshake_args_reset();
+		rlock_args_cstr(args, "CLIENT");
+		rlock_args_cstr(args, "ID");
+		handshake_send(conn, STEP_REDIRECT_ID, RLOCK_SHAPE_INTEGER, 0);
+	}
 }
 
 /*
@@ -784,7 +796,8 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 	}
 	if (reply->type == RLOCK_REPLY_ERROR)
 	{
-		if (hc->step == STEP_CLIENT_ID)
+		/* without it, commits ask Redis (no tracking) */
+		if (hc->step == STEP_CLIENT_ID || hc->step == STEP_REDIRECT_ID)
 			conn->client_id = 0;
 		if (hc->step == STEP_INFO || hc->step == STEP_CLIENT_ID ||
 			hc->step == STEP_FENCE)
@@ -809,6 +822,7 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 			handshake_fence(conn);
 			break;
 		case STEP_CLIENT_ID:
+		case STEP_REDIRECT_ID:
 			conn->client_id = reply->integer;
 			break;
 		case STEP_ROLE:

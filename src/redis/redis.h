@@ -188,7 +188,13 @@ typedef struct RlockConnEvents
 								 int channellen);
 	/* does a subscriber connection carry subscriptions the worker needs */
 	bool		(*subscribed) (RlockConn *conn);
+	/* keys that the command connection's tracked reads saw change (CLIENT
+	 * TRACKING, redirected to this subscriber); NULL keys: every key */
+	void		(*invalidated) (RlockConn *conn, const RlockReply *keys);
 } RlockConnEvents;
+
+/* where CLIENT TRACKING ... REDIRECT sends its invalidations */
+#define RLOCK_INVALIDATE_CHANNEL	"__redis__:invalidate"
 
 
 /*
@@ -223,6 +229,8 @@ extern void rlock_redis_reload(void);
 extern void rlock_redis_route_key(const char *key, int keylen, int uses,
 								  RlockRoute *route);
 extern RlockConn *rlock_redis_command_conn(void);
+extern int64 rlock_redis_redirect_id(RlockConn *command);
+extern bool rlock_redis_tracking_proof(TimestampTz *sent_at);
 extern bool rlock_redis_cluster(void);
 extern RlockConn *rlock_redis_route(const char *key, int keylen);
 extern RlockConn *rlock_redis_subscriber_for(const char *channel, int len);

@@ -95,6 +95,8 @@ typedef enum RlockPubsubFrame
 	RLOCK_FRAME_MESSAGE,		/* ["message" or "smessage", channel,
 								 * payload] */
 	RLOCK_FRAME_SUNSUBSCRIBE,	/* ["sunsubscribe", channel, count] */
+	RLOCK_FRAME_INVALIDATE,		/* ["message", "__redis__:invalidate",
+								 * keys (an array of strings) or nil] */
 	RLOCK_FRAME_MALFORMED		/* a push of a shape Redis never sends */
 } RlockPubsubFrame;
 
@@ -228,6 +230,9 @@ typedef struct RlockConnHooks
 	 * itself (NULL: nothing to do) */
 	void		(*unsubscribed) (RlockConn *conn, const char *channel,
 								 int channellen);
+	/* on a subscriber: keys that tracked reads saw change (NULL keys:
+	 * every key); NULL hook: such a message is a violation */
+	void		(*invalidated) (RlockConn *conn, const RlockReply *keys);
 	/* an error reply to "cmd": true if it was taken over (sent elsewhere,
 	 * or answered later); NULL: every error goes to the sender */
 	bool		(*redirect) (RlockConn *conn, RlockCmd *cmd,
@@ -288,6 +293,16 @@ struct RlockConn
 								 * connection made, for the next one's fence */
 	char		fence_run_id[RLOCK_RUN_ID_LEN + 1];
 	bool		fence_owed;		/* sync: lost with commands on the wire */
+
+	/*
+	 * What the loop's passes (numbered by rlock_wire_pass) proved: on a
+	 * command connection, the newest command whose reply was read, and in
+	 * which pass; on a subscriber, the latest pass that left it with
+	 * nothing unread.  See rlock_redis_tracking_proof().
+	 */
+	TimestampTz answered_sent_at;
+	uint64		answered_pass;
+	uint64		drained_pass;
 	TimestampTz role_at;		/* when ROLE was last sent */
 	bool		role_inflight;
 
@@ -396,6 +411,7 @@ extern void rlock_tls_reset(void);
 extern bool rlock_conn_resend(RlockConn *conn, RlockCmd *cmd);
 extern void rlock_conn_answer(RlockConn *conn, RlockCmd *cmd,
 							  const RlockReply *reply);
+extern uint64 rlock_wire_pass;
 extern void rlock_wire_flush(RlockConn *conn);
 extern void rlock_wire_read(RlockConn *conn);
 extern void rlock_wire_refused(RlockConn *conn);

@@ -62,6 +62,27 @@ reply_is_string(const RlockReply *reply, const char *text)
 		memcmp(reply->str, text, reply->len) == 0;
 }
 
+/*
+ * The payload of an invalidation: the keys, all strings, or nil for
+ * "every key" (a FLUSHALL, or tracking switched off).
+ */
+static bool
+reply_are_keys(const RlockReply *reply)
+{
+	int			i;
+
+	if (reply->type == RLOCK_REPLY_NIL)
+		return true;
+	if (reply->type != RLOCK_REPLY_ARRAY)
+		return false;
+	for (i = 0; i < reply->elements; i++)
+	{
+		if (reply->element[i]->type != RLOCK_REPLY_STRING)
+			return false;
+	}
+	return true;
+}
+
 static bool
 reply_is_status(const RlockReply *reply, const char *text)
 {
@@ -231,10 +252,15 @@ rlock_reply_pubsub_frame(const RlockReply *reply)
 	if (reply_is_string(reply->element[0], "message") ||
 		reply_is_string(reply->element[0], "smessage"))
 	{
-		if (reply->elements == 3 &&
-			reply->element[1]->type == RLOCK_REPLY_STRING &&
-			reply->element[2]->type == RLOCK_REPLY_STRING)
+		if (reply->elements != 3 ||
+			reply->element[1]->type != RLOCK_REPLY_STRING)
+			return RLOCK_FRAME_MALFORMED;
+		if (reply->element[2]->type == RLOCK_REPLY_STRING)
 			return RLOCK_FRAME_MESSAGE;
+		if (reply_is_string(reply->element[0], "message") &&
+			reply_is_string(reply->element[1], RLOCK_INVALIDATE_CHANNEL) &&
+			reply_are_keys(reply->element[2]))
+			return RLOCK_FRAME_INVALIDATE;
 		return RLOCK_FRAME_MALFORMED;
 	}
 	if (reply_is_string(reply->element[0], "pmessage"))

@@ -49,6 +49,9 @@
 
 static char *read_buf = NULL;
 
+/* the loop's pass (loop.c numbers them), for what a read proves */
+uint64		rlock_wire_pass = 1;
+
 /*---- state ----*/
 
 /*
@@ -244,6 +247,17 @@ conn_dispatch_push(RlockConn *conn, RlockReply *reply)
 					conn->hooks->unsubscribed(conn, ch->str, ch->len);
 				return true;
 			}
+		case RLOCK_FRAME_INVALIDATE:
+			if (conn->hooks->invalidated == NULL)
+			{
+				rlock_conn_violation(conn, RLOCK_VIOLATION_PUBSUB,
+									 "an invalidation message no tracking asked for");
+				return true;
+			}
+			conn->hooks->invalidated(conn,
+									 reply->element[2]->type == RLOCK_REPLY_NIL ?
+									 NULL : reply->element[2]);
+			return true;
 		case RLOCK_FRAME_MESSAGE:
 			conn->hooks->message(conn, reply->element[1]->str,
 								 reply->element[1]->len,
@@ -309,6 +323,9 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 	if (conn->use == RLOCK_USE_COMMAND)
 		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
 							(uint64) GetCurrentTimestamp());
+	if (cmd->sent_at > conn->answered_sent_at)
+		conn->answered_sent_at = cmd->sent_at;
+	conn->answered_pass = rlock_wire_pass;
 	readonly = conn_says_replica(reply);
 
 	/* a Redis Cluster's redirections are its router's */

@@ -77,6 +77,7 @@ hold_mark_lost(RlockHold *h)
 	bool		first = !h->lost;
 
 	h->lost = true;
+	h->track_epoch = 0;
 	return first;
 }
 
@@ -191,6 +192,7 @@ rlock_hold_alloc(uint64 owner_id, RlockKind kind, int mode, const char *key,
 	h->acquired_at = 0;
 	h->expires_at = 0;
 	h->epoch = 0;
+	h->track_epoch = 0;
 	*generation = h->generation;
 	SpinLockRelease(&h->mutex);
 
@@ -681,4 +683,40 @@ rlock_hold_extend(int index, uint32 generation, TimestampTz expires,
 	}
 	SpinLockRelease(&h->mutex);
 	return current;
+}
+
+/*
+ * Redis tracks the key of the entry allocated with "generation" for us
+ * under tracking epoch "epoch": any change by another client will be
+ * announced.  A lost entry stays lost: nothing vouches for it.
+ */
+void
+rlock_hold_track(int index, uint32 generation, uint32 epoch)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	Assert(epoch != 0);
+	SpinLockAcquire(&h->mutex);
+	if (rlock_hold_is_current(h, generation))
+	{
+		hold_check(h);
+		if (!h->lost)
+			h->track_epoch = epoch;
+	}
+	SpinLockRelease(&h->mutex);
+}
+
+/*
+ * The entry's key may change unannounced: a change was announced, or a
+ * command of ours writes it (which untracks it on the server).
+ */
+void
+rlock_hold_untrack(int index, uint32 generation)
+{
+	RlockHold  *h = rlock_hold(index);
+
+	SpinLockAcquire(&h->mutex);
+	if (rlock_hold_is_current(h, generation))
+		h->track_epoch = 0;
+	SpinLockRelease(&h->mutex);
 }

@@ -195,6 +195,9 @@ typedef struct RlockHold
 								 * backend once it has taken note) */
 	TimestampTz expires_at;		/* lease end as last set, 0 if unknown */
 	uint32		epoch;			/* cmd_epoch when Redis confirmed it */
+	uint32		track_epoch;	/* the tracking epoch under which Redis
+								 * announces any change of its key, 0 if
+								 * none (worker/track.c) */
 
 	bool		queued;			/* sits in the ring; set by either side */
 
@@ -341,6 +344,11 @@ typedef struct RlockShared
 								 * is lost and a worker starts or exits */
 	pg_atomic_uint64 cmd_reply_at;	/* when the command connection last
 									 * answered anything */
+	pg_atomic_uint32 track_epoch;	/* client-side tracking armed under
+									 * this epoch, 0 if not armed */
+	pg_atomic_uint64 track_fresh_at;	/* every change Redis made before a
+										 * command sent then has been
+										 * announced and handled */
 
 	int			nslots;
 	Size		slot_size;
@@ -428,6 +436,8 @@ extern bool rlock_hold_recover(int index);
 extern bool rlock_hold_lose(int index, uint32 generation, bool *newly);
 extern bool rlock_hold_extend(int index, uint32 generation,
 							  TimestampTz expires, bool extend_only);
+extern void rlock_hold_track(int index, uint32 generation, uint32 epoch);
+extern void rlock_hold_untrack(int index, uint32 generation);
 
 /* stats.c: counters, latencies and the worker's status */
 extern void rlock_stats_init(void);

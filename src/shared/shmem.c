@@ -126,6 +126,8 @@ rlock_shmem_startup(void)
 		pg_atomic_init_u64(&s->next_owner_id, 1);
 		pg_atomic_init_u32(&s->cmd_epoch, 1);
 		pg_atomic_init_u64(&s->cmd_reply_at, 0);
+		pg_atomic_init_u32(&s->track_epoch, 0);
+		pg_atomic_init_u64(&s->track_fresh_at, 0);
 
 		s->nslots = MaxBackends;
 		s->slot_size = rlock_slot_size();

@@ -249,6 +249,8 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_sync_granted(conn, wc, a.result.value);
 		return;
 	}
+	if (a.result.granted)
+		rlock_track_granted(conn, wc);
 	worker_requeue_hold(wc->hold);
 
 	req = worker_current(wc);

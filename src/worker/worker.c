@@ -106,6 +106,7 @@ bool
 worker_cmd_send(RlockConn *conn, WorkerCmd *wc, RlockArgs *args)
 {
 	wc->sent_on = conn;
+	rlock_track_sending(wc);
 	if (rlock_conn_send(conn, &wc->cmd, args))
 		return true;
 	worker_cmd_free(wc);
@@ -184,6 +185,7 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_UNSUBSCRIBE:
 		case WORKER_CMD_REGISTER:
 		case WORKER_CMD_PUBLISH:
+		case WORKER_CMD_TRACK:
 			break;
 	}
 	switch (wc->type)
@@ -215,6 +217,9 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 		case WORKER_CMD_PUBLISH:
 			break;
+		case WORKER_CMD_TRACK:
+			rlock_track_reply(conn, wc, reply);
+			break;
 	}
 	worker_cmd_free(wc);
 	/* what a request that ended with this reply passed on */
@@ -234,6 +239,7 @@ worker_conn_ready(RlockConn *conn)
 {
 	if (rlock_conn_is_subscriber(conn))
 	{
+		rlock_track_conn_ready(conn);
 		rlock_waiters_conn_ready(conn);
 		return;
 	}
@@ -255,6 +261,7 @@ worker_conn_ready(RlockConn *conn)
 static void
 worker_conn_lost(RlockConn *conn)
 {
+	rlock_track_conn_lost(conn);
 	if (rlock_conn_is_subscriber(conn))
 	{
 		rlock_waiters_conn_lost(conn);
@@ -288,7 +295,8 @@ static const RlockConnEvents worker_events = {
 	worker_conn_lost,
 	worker_message,
 	worker_unsubscribed,
-	rlock_waiters_on
+	rlock_waiters_on,
+	rlock_track_invalidated
 };
 
 /*---- the ring ----*/
@@ -497,6 +505,7 @@ rlock_worker_main(Datum main_arg)
 			rlock_owners_sweep();
 			sweep_at = TimestampTzPlusMilliseconds(now, RLOCK_SWEEP_MS);
 		}
+		rlock_track_tick();
 		rlock_redis_flush();
 		rlock_redis_status_publish(rlock_waiters_channels());
 
@@ -514,5 +523,6 @@ rlock_worker_main(Datum main_arg)
 			timeout = (next <= now) ? 0 : (long) ((next - now + 999) / 1000);
 		}
 		rlock_redis_wait(timeout);
+		rlock_track_pass();
 	}
 }

@@ -37,8 +37,9 @@ typedef enum WorkerCmdType
 	WORKER_CMD_REGISTER,		/* this instance's registry entry */
 	WORKER_CMD_SYNC,			/* WAIT after an acquire on the sync
 								 * connection */
-	WORKER_CMD_PUBLISH			/* an unlock message of our own; the reply
+	WORKER_CMD_PUBLISH,			/* an unlock message of our own; the reply
 								 * does not matter */
+	WORKER_CMD_TRACK			/* client-side tracking (track.c) */
 } WorkerCmdType;
 
 /*
@@ -68,6 +69,8 @@ typedef struct WorkerCmd
 	int64		sync_value;		/* ACQUIRE: what its grant answered */
 	RlockConn  *sent_on;		/* the connection it was sent on (a Redis
 								 * Cluster may answer it on another) */
+	uint32		track_epoch;	/* tracking's epoch when it was sent */
+	uint64		track_seq;		/* ... and its invalidations so far */
 } WorkerCmd;
 
 /* worker.c */
@@ -298,5 +301,16 @@ extern TimestampTz rlock_renew_next(void);
 extern void rlock_renew_soon(void);
 extern void rlock_renew_reply(RlockConn *conn, WorkerCmd *wc,
 							  const RlockReply *reply);
+
+/* track.c */
+extern void rlock_track_tick(void);
+extern void rlock_track_conn_ready(RlockConn *conn);
+extern void rlock_track_conn_lost(RlockConn *conn);
+extern void rlock_track_reply(RlockConn *conn, WorkerCmd *wc,
+							  const RlockReply *reply);
+extern void rlock_track_invalidated(RlockConn *conn, const RlockReply *keys);
+extern void rlock_track_sending(WorkerCmd *wc);
+extern void rlock_track_granted(RlockConn *conn, WorkerCmd *wc);
+extern void rlock_track_pass(void);
 
 #endif							/* RLOCK_WORKER_INT_H */

@@ -52,6 +52,10 @@ if held or free then
 	end
 	redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'write')
 	redis.call('pexpire', KEYS[1], ARGV[1])
+	-- our own write untracked the key: a read tracks it again, so that
+	-- any later change by another client is announced (client-side
+	-- tracking, worker/track.c)
+	redis.call('pttl', KEYS[1])
 	if reentry and not held then
 		return {2, token}
 	end
