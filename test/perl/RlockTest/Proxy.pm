@@ -14,6 +14,10 @@ one client sends, as a network that delays packets would
   ...                              # rlock gives up on it and reconnects
   my $fate = $proxy->deliver;      # 'answered' or 'closed'
   $proxy->resume;                  # or: pass on what was held, and carry on
+  $proxy->hold_replies('rlock_command');  # what Redis answers waits here
+  $proxy->resume_replies;          # and is passed on
+  $proxy->mute_replies('rlock_subscriber');  # what Redis sends is lost
+  $proxy->held_count('EVALSHA');   # times a text is in the bytes held
   $proxy->stop;
 
 =head1 DESCRIPTION
@@ -26,6 +30,12 @@ to Redis stays open even after the client closes its side, as TCP would
 keep retransmitting.  deliver() sends what was held, followed by a PING,
 and reports whether Redis answered ('answered': the held commands ran)
 or had already closed the connection ('closed': they could not run).
+
+hold_replies($name) keeps what Redis sends to that client instead, until
+resume_replies(); mute_replies($name) drops it for good while both
+connections stay open, as a network that lost one connection's packets
+without a word would.  held_count($text) says how many times $text occurs
+in the bytes hold() kept, so a test can wait until a command was sent.
 
 =cut
 
@@ -64,6 +74,34 @@ sub deliver
 {
 	my ($self, $timeout) = @_;
 	return $self->ask('deliver', $timeout);
+}
+
+# Hold back from now on what Redis sends to the client named $name.
+sub hold_replies
+{
+	my ($self, $name) = @_;
+	return $self->ask("rhold $name");
+}
+
+# Pass on what Redis sent while replies were held; 'resumed' or 'none'.
+sub resume_replies
+{
+	my ($self) = @_;
+	return $self->ask('rresume');
+}
+
+# Drop from now on whatever Redis sends to the client named $name.
+sub mute_replies
+{
+	my ($self, $name) = @_;
+	return $self->ask("rmute $name");
+}
+
+# How many times $text occurs in the bytes held back by hold().
+sub held_count
+{
+	my ($self, $text) = @_;
+	return $self->ask("held $text");
 }
 
 # The relay's loop, in the child.
@@ -116,6 +154,41 @@ sub _serve
 						next unless $k->{name} eq $1 && !$k->{cdone};
 						$k->{holding} = 1;
 						$n++;
+					}
+					$report->($n);
+				}
+				elsif ($line =~ /^r(hold|mute) (\S+)$/)
+				{
+					my ($what, $name) = ($1, $2);
+					my $n = 0;
+					for my $k (@conns)
+					{
+						next unless $k->{name} eq $name && !$k->{cdone};
+						$k->{"r$what"} = 1;
+						$k->{rheld} //= '';
+						$n++;
+					}
+					$report->($n);
+				}
+				elsif ($line eq 'rresume')
+				{
+					my $n = 0;
+					for my $k (grep { $_->{rhold} } @conns)
+					{
+						$k->{rhold} = 0;
+						syswrite($k->{c}, $k->{rheld})
+						  if !$k->{cdone} && length $k->{rheld};
+						$k->{rheld} = '';
+						$n++;
+					}
+					$report->($n ? 'resumed' : 'none');
+				}
+				elsif ($line =~ /^held (.+)$/)
+				{
+					my ($text, $n) = ($1, 0);
+					for my $k (grep { $_->{holding} } @conns)
+					{
+						$n++ while $k->{held} =~ /\Q$text\E/g;
 					}
 					$report->($n);
 				}
@@ -211,6 +284,14 @@ sub _serve
 				{
 					$report->('answered');
 					undef $probe;
+				}
+				elsif ($k->{rmute})
+				{
+					# lost on the way
+				}
+				elsif ($k->{rhold})
+				{
+					$k->{rheld} .= $buf;
 				}
 				elsif (!$k->{cdone})
 				{
