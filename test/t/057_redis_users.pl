@@ -299,10 +299,12 @@ ok(RlockTest::wait_until(sub { join(',', client_names($primary)) eq ',,,' }, 10)
 	'the connections have no names (CLIENT SETNAME)')
   or diag(join(',', client_names($primary)));
 # Redis refused each optional command but CLIENT KILL, which rlock does
-# not send without INFO (the server's run_id), and nothing else
+# not send without INFO (the server's run_id), and CLIENT TRACKING, which
+# it does not send without the subscriber's CLIENT ID, and nothing else
 my @refused = refusals($primary);
 is_deeply([ refused_commands(@refused) ],
-	[ grep { $_ ne 'client|kill' } RlockTest::ACL::commands($data[1]) ],
+	[ grep { $_ ne 'client|kill' && $_ ne 'client|tracking' }
+		  RlockTest::ACL::commands($data[1]) ],
 	'required line only: Redis refused the optional commands, no other')
   or diag(join("\n", @refused));
 
