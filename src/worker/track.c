@@ -23,6 +23,9 @@
  * invalidation of the key untracks the holds on it.  Any invalidation,
  * of any key, while an acquire is on the wire leaves that acquire's hold
  * untracked: the message may be for a change made after the script ran.
+ * So does any other command that writes the hold's key sent after the
+ * acquire (a renewal of the watchdog): Redis runs it after the script,
+ * and its write makes Redis forget the key again, announcing nothing.
  *
  * Every pass of the loop, the Redis layer says which command's reply it
  * has read with the subscriber drained behind it
@@ -67,6 +70,8 @@ static uint32 epoch = 0;		/* the current arming; 0: not armed */
 static uint32 last_epoch = 0;
 static RlockConn *armed_on = NULL;	/* the command connection armed */
 static RlockConn *subscribed_on = NULL; /* the subscriber on the channel */
+static RlockConn *subscribe_refused = NULL; /* refused the channel: not
+											 * asked again until made again */
 static bool subscribing = false;
 static bool arming = false;
 static bool was_on = false;		/* the command connection had tracking on */
@@ -74,6 +79,30 @@ static uint64 inval_seq = 1;	/* invalidation messages so far, plus 1 */
 static RlockConn *refused_on = NULL;	/* refused tracking: not asked again
 										 * until it is made again */
 static bool refusal_told = false;
+static int64 arming_redirect = 0;	/* the subscriber CLIENT TRACKING ON
+									 * on the wire names */
+
+/*
+ * Per hold entry: the commands sent so far that write its key (any
+ * generation).  A grant counts as tracked only if none was sent after its
+ * acquire: Redis runs them in order, and the last write leaves the key
+ * untracked.
+ */
+static uint32 *hold_writes = NULL;
+
+/*
+ * Remove a key from the table, and what its entry points to.
+ */
+static void
+track_remove_key(TrackedKey *t)
+{
+	char	   *data = (char *) t->key.data;
+	int		   *pairs = t->pairs;
+
+	hash_search(tracked, &t->key, HASH_REMOVE, NULL);
+	pfree(pairs);
+	pfree(data);
+}
 
 /*
  * Forget every tracked hold: the keys stay untracked on this side until
@@ -85,7 +114,8 @@ track_forget_all(void)
 	HASH_SEQ_STATUS seq;
 	TrackedKey *t;
 
-	if (tracked == NULL)
+	/* a table that once was large is slow to walk even when empty */
+	if (tracked == NULL || hash_get_num_entries(tracked) == 0)
 		return;
 	hash_seq_init(&seq, tracked);
 	while ((t = (TrackedKey *) hash_seq_search(&seq)) != NULL)
@@ -94,10 +124,94 @@ track_forget_all(void)
 
 		for (i = 0; i < t->n; i++)
 			rlock_hold_untrack(t->pairs[2 * i], t->pairs[2 * i + 1]);
-		hash_search(tracked, &t->key, HASH_REMOVE, NULL);
-		pfree(t->pairs);
-		pfree((char *) t->key.data);
+		track_remove_key(t);
 	}
+}
+
+/*
+ * Drop the pair at "i" of a key's entry.
+ */
+static void
+track_drop_pair(TrackedKey *t, int i)
+{
+	t->n--;
+	t->pairs[2 * i] = t->pairs[2 * t->n];
+	t->pairs[2 * i + 1] = t->pairs[2 * t->n + 1];
+}
+
+/*
+ * Drop the pairs of entries since freed or reused from a key's entry;
+ * true if none is left.
+ */
+static bool
+track_prune_key(TrackedKey *t)
+{
+	int			i = 0;
+
+	while (i < t->n)
+	{
+		RlockHold	copy;
+
+		rlock_hold_read(t->pairs[2 * i], &copy);
+		if (!rlock_hold_is_current(&copy, (uint32) t->pairs[2 * i + 1]))
+			track_drop_pair(t, i);
+		else
+			i++;
+	}
+	return t->n == 0;
+}
+
+/*
+ * The table holds no more keys than there are hold entries, give or take
+ * a factor of two: a key leaves it when a command writes it or Redis
+ * announces it, and a hold freed without either (lost, say) leaves a pair
+ * behind, swept here once the table outgrows the hold table.
+ */
+static void
+track_bound(void)
+{
+	HASH_SEQ_STATUS seq;
+	TrackedKey *t;
+
+	if (hash_get_num_entries(tracked) <= 2 * (long) rlock_shared->nholds)
+		return;
+	hash_seq_init(&seq, tracked);
+	while ((t = (TrackedKey *) hash_seq_search(&seq)) != NULL)
+	{
+		if (track_prune_key(t))
+			track_remove_key(t);
+	}
+}
+
+/*
+ * The entry "index" of "generation" is not tracked any more: out of its
+ * key's entry (and the key out of the table with its last hold).
+ */
+static void
+track_forget_hold(int index, uint32 generation)
+{
+	RlockHold  *h = rlock_hold(index);
+	RlockKeyRef ref;
+	TrackedKey *t;
+	int			i;
+
+	if (tracked == NULL)
+		return;
+	ref.data = h->key;
+	ref.len = h->keylen;
+	t = (TrackedKey *) hash_search(tracked, &ref, HASH_FIND, NULL);
+	if (t == NULL)
+		return;
+	for (i = 0; i < t->n; i++)
+	{
+		if (t->pairs[2 * i] == index && t->pairs[2 * i + 1] == (int) generation)
+		{
+			track_drop_pair(t, i);
+			break;
+		}
+	}
+	if (t->n == 0)
+		track_remove_key(t);
 }
 
 static void
@@ -140,9 +254,10 @@ track_send(RlockConn *conn, int what)
 			rlock_args_cstr(args, "OFF");
 		else
 		{
+			arming_redirect = rlock_redis_redirect_id(conn);
 			rlock_args_cstr(args, "ON");
 			rlock_args_cstr(args, "REDIRECT");
-			rlock_args_int(args, rlock_redis_redirect_id(conn));
+			rlock_args_int(args, arming_redirect);
 			rlock_args_cstr(args, "NOLOOP");
 		}
 	}
@@ -179,8 +294,17 @@ rlock_track_tick(void)
 		}
 		return;
 	}
-	if (epoch != 0 || arming || subscribed_on == NULL ||
-		rlock_redis_cluster())
+	if (rlock_redis_cluster())
+		return;
+	/* a subscriber made while the setting was off follows the channel now */
+	if (subscribed_on == NULL && !subscribing)
+	{
+		RlockConn  *sub = rlock_redis_subscriber_for("", 0);
+
+		if (sub != NULL && sub != subscribe_refused)
+			rlock_track_conn_ready(sub);
+	}
+	if (epoch != 0 || arming || subscribed_on == NULL)
 		return;
 	cmd = rlock_redis_command_conn();
 	if (cmd == refused_on || !rlock_conn_ready(cmd) ||
@@ -230,6 +354,8 @@ rlock_track_conn_lost(RlockConn *conn)
 	}
 	if (conn == refused_on)
 		refused_on = NULL;
+	if (conn == subscribe_refused)
+		subscribe_refused = NULL;
 }
 
 void
@@ -242,11 +368,22 @@ rlock_track_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		subscribing = false;
 		if (ok && rlock_conn_ready(conn))
 			subscribed_on = conn;
+		else if (reply != NULL && !ok)
+			subscribe_refused = conn;
 	}
 	else if (wc->seq == TRACK_ON)
 	{
+		/*
+		 * The subscriber it named may have been lost and replaced while
+		 * it was on the wire: Redis would send the announcements to a
+		 * client that is gone (accepted), or refuse to (Redis ran it after
+		 * the loss).  Either way, ask again for the subscriber there is.
+		 */
+		bool		current = subscribed_on != NULL &&
+			rlock_redis_redirect_id(conn) == arming_redirect;
+
 		arming = false;
-		if (ok && subscribed_on != NULL && rlock_conn_ready(conn))
+		if (ok && current && rlock_conn_ready(conn))
 		{
 			last_epoch = (last_epoch == PG_UINT32_MAX) ? 1 : last_epoch + 1;
 			epoch = last_epoch;
@@ -255,9 +392,12 @@ rlock_track_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 			track_publish_epoch();
 			return;
 		}
-		if (ok)
-			was_on = true;		/* turned on for a subscriber now gone */
-		else if (reply != NULL)
+		if (ok || (reply != NULL && !current))
+		{
+			was_on = true;		/* for a subscriber now gone */
+			return;
+		}
+		if (reply != NULL)
 			refused_on = conn;
 	}
 	if (reply != NULL && reply->type == RLOCK_REPLY_ERROR && !refusal_told)
@@ -311,17 +451,30 @@ rlock_track_invalidated(RlockConn *conn, const RlockReply *keys)
 			continue;
 		for (j = 0; j < t->n; j++)
 			rlock_hold_untrack(t->pairs[2 * j], t->pairs[2 * j + 1]);
-		hash_search(tracked, &t->key, HASH_REMOVE, NULL);
-		pfree(t->pairs);
-		pfree((char *) t->key.data);
+		track_remove_key(t);
 	}
+}
+
+/*
+ * A command that writes the key of the hold entry "index" is going out.
+ */
+static void
+track_note_write(int index, uint32 generation)
+{
+	if (hold_writes == NULL)
+		hold_writes = MemoryContextAllocZero(rlock_worker_context,
+											 sizeof(uint32) * rlock_shared->nholds);
+	hold_writes[index]++;
+	rlock_hold_untrack(index, generation);
+	track_forget_hold(index, generation);
 }
 
 /*
  * A command about to go out: one that writes held keys untracks them on
  * the server (only an acquire's grant reads its key again after), so
- * their holds are untracked here; an acquire notes the epoch and the
- * invalidations so far, which its reply compares.
+ * their holds are untracked here; an acquire notes the epoch, the
+ * invalidations so far and its hold's writes so far, which its reply
+ * compares.
  */
 void
 rlock_track_sending(WorkerCmd *wc)
@@ -333,13 +486,16 @@ rlock_track_sending(WorkerCmd *wc)
 	switch (wc->type)
 	{
 		case WORKER_CMD_ACQUIRE:
+			track_note_write(wc->hold, rlock_hold(wc->hold)->generation);
+			wc->track_writes = hold_writes[wc->hold];
+			break;
 		case WORKER_CMD_RELEASE:
-			rlock_hold_untrack(wc->hold, rlock_hold(wc->hold)->generation);
+			track_note_write(wc->hold, rlock_hold(wc->hold)->generation);
 			break;
 		case WORKER_CMD_RENEW:
 		case WORKER_CMD_VERIFY:
 			for (i = 0; i < wc->nholds; i++)
-				rlock_hold_untrack(wc->holds[2 * i], wc->holds[2 * i + 1]);
+				track_note_write(wc->holds[2 * i], wc->holds[2 * i + 1]);
 			break;
 		default:
 			break;
@@ -362,7 +518,8 @@ rlock_track_granted(RlockConn *conn, WorkerCmd *wc)
 	int			i;
 
 	if (epoch == 0 || wc->track_epoch != epoch || wc->track_seq != inval_seq ||
-		conn != armed_on || wc->sent_on != armed_on)
+		conn != armed_on || wc->sent_on != armed_on ||
+		hold_writes[wc->hold] != wc->track_writes)
 		return;
 	if (tracked == NULL)
 		tracked = rlock_keyref_table("rlock tracked keys", sizeof(TrackedKey),
@@ -385,21 +542,11 @@ rlock_track_granted(RlockConn *conn, WorkerCmd *wc)
 	MemoryContextSwitchTo(old);
 
 	/* drop pairs of entries since freed or reused; skip a duplicate */
-	for (i = 0; i < t->n;)
+	(void) track_prune_key(t);
+	for (i = 0; i < t->n; i++)
 	{
-		RlockHold	copy;
-
-		rlock_hold_read(t->pairs[2 * i], &copy);
 		if (t->pairs[2 * i] == wc->hold && t->pairs[2 * i + 1] == (int) generation)
 			break;
-		if (!rlock_hold_is_current(&copy, (uint32) t->pairs[2 * i + 1]))
-		{
-			t->n--;
-			t->pairs[2 * i] = t->pairs[2 * t->n];
-			t->pairs[2 * i + 1] = t->pairs[2 * t->n + 1];
-			continue;
-		}
-		i++;
 	}
 	if (i == t->n)
 	{
@@ -413,6 +560,7 @@ rlock_track_granted(RlockConn *conn, WorkerCmd *wc)
 		t->n++;
 	}
 	rlock_hold_track(wc->hold, generation, epoch);
+	track_bound();
 }
 
 /*

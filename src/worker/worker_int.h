@@ -71,6 +71,8 @@ typedef struct WorkerCmd
 								 * Cluster may answer it on another) */
 	uint32		track_epoch;	/* tracking's epoch when it was sent */
 	uint64		track_seq;		/* ... and its invalidations so far */
+	uint32		track_writes;	/* ACQUIRE: commands sent so far that write
+								 * its hold's key, itself included */
 } WorkerCmd;
 
 /* worker.c */

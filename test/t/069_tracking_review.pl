@@ -74,10 +74,12 @@ sub subscribed
 	return defined $line && $line =~ / sub=([1-9]\d*) /;
 }
 
-# A commit of $s that must fail because $key was lost
+# A commit of $s that must fail because $key was lost, 100 ms after the
+# change (as in test 068: an announcement that arrives is handled by then)
 sub commit_fails
 {
 	my ($s, $key, $what) = @_;
+	$s->query_safe('SELECT pg_sleep(0.1)');
 	$s->query('COMMIT');
 	my $ok = like($s->{stderr}, qr/lock "\Q$key\E" was lost/, $what);
 	$s->{stderr} = '';
