@@ -21,7 +21,11 @@
 # - rlock.client_tracking turned on while the subscriber was made with it
 #   off;
 # - the worker's table of tracked keys after many distinct keys;
-# - a subscriber whose bytes stop arriving without a word.
+# - a subscriber whose bytes stop arriving without a word;
+# - a server that sends invalidations nobody could send: twenty thousand
+#   "every key" at once, 300,000 keys in one, keys that are no strings,
+#   one while tracking is off.  The worker must neither die nor spin nor
+#   grow, and go on catching a deleted lock.
 
 use strict;
 use warnings;
@@ -31,6 +35,7 @@ use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::Hostile;
 use RlockTest::Proxy;
 
 plan skip_all => 'the relay reads the plain protocol: not over TLS'
@@ -342,5 +347,61 @@ ok(armed($redis4), 'tracking comes back, redirected to the third');
 unlike(slurp_file($node4->logfile), qr/Redis refused client-side tracking/,
 	'and no refusal of tracking is logged: Redis allows it');
 $node4->stop;
+
+#---- a hostile server's invalidations ----
+
+my $redis5 = RlockTest::Redis->start;
+my $hostile = RlockTest::Hostile->start($redis5->port);
+my $node5 = RlockTest::node('hostile', $redis5,
+	conf => [ "rlock.port = " . $hostile->port, "rlock.verify_window = '1s'" ]);
+ok(RlockTest::wait_for_redis($node5, 15), 'rlock is connected through the relay');
+ok(armed($redis5), 'tracking is on');
+my $worker = RlockTest::worker_pid($node5);
+
+sub worker_proc
+{
+	my ($file, $field) = @_;
+	open(my $fh, '<', "/proc/$worker/$file") or return 0;
+	my $text = join('', <$fh>);
+	return $text =~ /^VmRSS:\s+(\d+)/m ? $1 : 0 if $field eq 'rss';
+	my @f = split / /, $text;
+	return $f[13] + $f[14];    # utime + stime, in clock ticks
+}
+
+my $h = $node5->background_psql('postgres', on_error_stop => 0);
+sub still_catches
+{
+	my ($key, $what) = @_;
+	$h->query_safe('BEGIN');
+	$h->query_safe("SELECT rlock_try('$key', '0', '1 min')");
+	$redis5->cmd('DEL', $key);
+	commit_fails($h, $key, $what);
+}
+my $head = "*3\r\n\$7\r\nmessage\r\n\$20\r\n__redis__:invalidate\r\n";
+my $rss = worker_proc('status', 'rss');
+$hostile->inject('rlock_subscriber', ($head . "\$-1\r\n") x 20000);
+still_catches('rv:nil', 'after 20,000 "every key": a deleted lock fails the commit');
+my $cpu = worker_proc('stat', 'cpu');
+usleep(1_000_000);
+cmp_ok(worker_proc('stat', 'cpu') - $cpu, '<', 20,
+	'and the worker is idle a moment later');
+$hostile->inject_bulks('rlock_subscriber', $head . "*300000\r\n", 300000, 20);
+ok(RlockTest::wait_for_redis($node5, 15), 'after 300,000 keys in one: locks work');
+still_catches('rv:huge', 'and a deleted lock fails the commit');
+$hostile->inject('rlock_subscriber', $head . "*1\r\n:5\r\n");
+$hostile->inject('rlock_subscriber', $head . "*1\r\n*1\r\n\$1\r\nk\r\n");
+ok(armed($redis5), 'after keys that are no strings: tracking is on again');
+still_catches('rv:malformed', 'and a deleted lock fails the commit');
+$node5->safe_psql('postgres',
+	"ALTER SYSTEM SET rlock.client_tracking = off; SELECT pg_reload_conf()");
+ok(RlockTest::wait_until(sub { command_field($redis5, 'flags') !~ /t/ }, 15),
+	'tracking off');
+$hostile->inject('rlock_subscriber', $head . "*1\r\n\$6\r\nrv:off\r\n");
+still_catches('rv:off', 'an invalidation nobody asked for: a deleted lock fails the commit');
+is(RlockTest::worker_pid($node5), $worker, 'the same worker throughout');
+cmp_ok(worker_proc('status', 'rss'), '<', $rss + 64 * 1024,
+	'within 64 MB of what it had');
+$h->quit;
+$node5->stop;
 
 done_testing();
