@@ -150,6 +150,14 @@ typedef struct RlockKindMethod
 	/* the message a release that frees the lock publishes (let pass when
 	 * it follows a hand-off, published again after an ASK) */
 	const char *free_message;
+
+	/*
+	 * Client-side tracking (worker/track.c): true if a granting acquire
+	 * reads the hold's key last, under the name the hold has, so that
+	 * Redis announces any later change of it by another client.  Left
+	 * false, the kind's holds are never vouched for without asking.
+	 */
+	bool		acquire_rereads;
 } RlockKindMethod;
 
 /* every kind's methods (shared.h's list names them), and the table */

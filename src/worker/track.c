@@ -519,7 +519,8 @@ rlock_track_granted(RlockConn *conn, WorkerCmd *wc)
 
 	if (epoch == 0 || wc->track_epoch != epoch || wc->track_seq != inval_seq ||
 		conn != armed_on || wc->sent_on != armed_on ||
-		hold_writes[wc->hold] != wc->track_writes)
+		hold_writes[wc->hold] != wc->track_writes ||
+		!rlock_kinds[h->kind]->acquire_rereads)
 		return;
 	if (tracked == NULL)
 		tracked = rlock_keyref_table("rlock tracked keys", sizeof(TrackedKey),

@@ -25,7 +25,10 @@
 # - a server that sends invalidations nobody could send: twenty thousand
 #   "every key" at once, 300,000 keys in one, keys that are no strings,
 #   one while tracking is off.  The worker must neither die nor spin nor
-#   grow, and go on catching a deleted lock.
+#   grow, and go on catching a deleted lock;
+# - a lock kind whose acquire does not read its key again after writing it
+#   (the test kind "ticket", built with make RLOCK_TEST_KINDS=1; skipped
+#   otherwise): Redis tracks nothing for it, so nothing may vouch for it.
 
 use strict;
 use warnings;
@@ -403,5 +406,27 @@ cmp_ok(worker_proc('status', 'rss'), '<', $rss + 64 * 1024,
 	'within 64 MB of what it had');
 $h->quit;
 $node5->stop;
+
+#---- a kind that does not re-read its key ----
+
+my $redis6 = RlockTest::Redis->start;
+my $node6 = RlockTest::node('kind', $redis6,
+	conf => ["rlock.verify_window = '1s'"]);
+my ($rc) = $node6->psql('postgres',
+	"CREATE FUNCTION ticket_try(text, interval, boolean) RETURNS boolean
+	   AS 'rlock', 'rlock_test_ticket_try' LANGUAGE C");
+SKIP:
+{
+	skip 'rlock was built without RLOCK_TEST_KINDS=1', 2 if $rc != 0;
+	ok(armed($redis6), 'tracking is on');
+	my $k = $node6->background_psql('postgres', on_error_stop => 0);
+	$k->query_safe('BEGIN');
+	$k->query_safe("SELECT ticket_try('rv:ticket', '0', false)");
+	$redis6->cmd('DEL', 'rlock_ticket_lock:{rv:ticket}');
+	commit_fails($k, 'rv:ticket',
+		'a lock of a kind whose acquire does not read its key again: deleted, it fails the commit');
+	$k->quit;
+}
+$node6->stop;
 
 done_testing();

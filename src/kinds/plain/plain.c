@@ -292,5 +292,6 @@ const RlockKindMethod rlock_kind_plain = {
 	.channel = plain_channel,
 	.wake = plain_wake,
 	.hand_off = plain_hand_off,
-	.free_message = "0"
+	.free_message = "0",
+	.acquire_rereads = true
 };
