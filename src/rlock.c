@@ -45,6 +45,7 @@ char	   *rlock_instance_name = NULL;
 int			rlock_connect_timeout = 2000;
 int			rlock_command_timeout = 3000;
 int			rlock_watchdog_timeout = 30000;
+int			rlock_handoff_limit = 4;
 int			rlock_max_key_length = 512;
 int			rlock_max_locks = 4096;
 int			rlock_max_locks_per_session = 256;
@@ -229,6 +230,14 @@ rlock_define_settings(void)
 							&rlock_watchdog_timeout,
 							30000, 100, RLOCK_MAX_WATCHDOG_MS,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.handoff_limit",
+							"Hand-offs in a row to this instance's own waiters while other clients wait too.",
+							"After that many, the lock is freed for every client and this instance's waiters hold back briefly.  0 hands on for as long as this instance has waiters.",
+							&rlock_handoff_limit,
+							4, 0, INT_MAX,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("rlock.max_key_length",

@@ -150,6 +150,11 @@ typedef struct RlockKindMethod
 	/* the message a release that frees the lock publishes (let pass when
 	 * it follows a hand-off, published again after an ASK) */
 	const char *free_message;
+	/* optional: how many subscribers heard the message of a release whose
+	 * reply said RLOCK_RELEASED_FREED, -1 if it does not say; without it
+	 * (NULL) a line of this instance's waiters is never held back for
+	 * other clients (worker/waiters.c) */
+	int			(*release_heard) (const RlockReply *reply);
 
 	/*
 	 * Client-side tracking (worker/track.c): true if a granting acquire

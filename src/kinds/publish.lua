@@ -9,24 +9,32 @@
 -- migrating slot answer TRYAGAIN) and ARGV[at + 2] a second publish
 -- command, or none, when messages go both ways; there a publish that
 -- fails does not fail the script: the lock is freed whatever becomes of
--- the message.
+-- the message.  Returns how many subscribers the message reached, as
+-- the publish commands count them (those of this node).
 --
 -- rlock_free(at) deletes the lock KEYS[1] and publishes "0" on its
 -- channel (KEYS[2] where channels are keys), as Redisson's unlock does:
--- that wakes Redisson's waiters and rlock's alike.
+-- that wakes Redisson's waiters and rlock's alike.  Returns how many
+-- subscribers the message reached.
 --
 -- Included on one line (see embed-lua): no comment after code here.
 local function rlock_publish(k, at, message)
 	if KEYS[k] then
-		redis.call(ARGV[at], KEYS[k], message)
-	else
-		redis.pcall(ARGV[at], ARGV[at + 1], message)
-		if ARGV[at + 2] then
-			redis.pcall(ARGV[at + 2], ARGV[at + 1], message)
+		return redis.call(ARGV[at], KEYS[k], message)
+	end
+	local heard = redis.pcall(ARGV[at], ARGV[at + 1], message)
+	if type(heard) ~= 'number' then
+		heard = 0
+	end
+	if ARGV[at + 2] then
+		local more = redis.pcall(ARGV[at + 2], ARGV[at + 1], message)
+		if type(more) == 'number' then
+			heard = heard + more
 		end
 	end
+	return heard
 end
 local function rlock_free(at)
 	redis.call('del', KEYS[1])
-	rlock_publish(2, at, '0')
+	return rlock_publish(2, at, '0')
 end

@@ -379,6 +379,10 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	/* no unlock message, or maybe none, to let pass */
 	if (wc->handoff == RLOCK_HANDED_OFF_ECHO && freed == 0)
 		rlock_waiters_echo_cancel(h->kind, h->key, h->keylen);
+	/* whether someone besides this instance waits for it */
+	if (freed > 0 && rlock_kinds[h->kind]->release_heard != NULL)
+		rlock_waiters_heard(h->kind, h->key, h->keylen,
+							rlock_kinds[h->kind]->release_heard(reply));
 
 	/* freed on a slot's importing node (ASK): its waiters are on the owner */
 	if (freed > 0 && wc->cmd.asked && worker_hold_conn(wc->hold) != conn)

@@ -486,6 +486,24 @@ worker_retry(int slot, const char *key, int keylen)
 }
 
 /*
+ * A waiting request of "key" should try at "at" at the latest (a line
+ * holding back for other clients).  False if it was not waiting.
+ */
+bool
+worker_retry_at(int slot, const char *key, int keylen, TimestampTz at)
+{
+	WorkerReq  *req = worker_req(slot);
+
+	if (!worker_waiting(slot, key, keylen))
+		return false;
+	if (req->args.wait_until != 0)
+		at = Min(at, req->args.wait_until);
+	if (req->timer_at == 0 || at < req->timer_at)
+		worker_timer_set(req, at);
+	return true;
+}
+
+/*
  * Does the request in "slot" wait for a wake-up (neither trying nor about
  * to)?  With a key, for that key.
  */

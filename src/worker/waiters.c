@@ -88,6 +88,13 @@ typedef struct WaitGroup
 	int			inflight;		/* its (un)subscribe commands on the wire,
 								 * which point at it: it lives until they
 								 * are answered */
+	int			run;			/* hand-offs in a row to local waiters */
+	bool		others;			/* the latest freeing release's message
+								 * reached someone besides this instance */
+	TimestampTz back_until;		/* local waiters hold back until then for
+								 * other clients (0: they do not) */
+	int			back_echoes;	/* messages of the release that held them
+								 * back still to come */
 } WaitGroup;
 
 typedef struct Waiter
@@ -455,6 +462,10 @@ rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
 		subs_stale = true;
 		g->pubsub = 0;
 		g->inflight = 0;
+		g->run = 0;
+		g->others = false;
+		g->back_until = 0;
+		g->back_echoes = 0;
 	}
 	Assert(g->kind == kind);	/* a channel is one kind's */
 
@@ -556,6 +567,57 @@ waiters_echo_weight(WaitGroup *g)
 }
 
 /*
+ * The line of a key has been handed the lock rlock.handoff_limit times in
+ * a row while other clients listened: this release frees it for every
+ * client instead.  The line holds back for RLOCK_HOLD_BACK_MS, time for a
+ * client woken by the unlock message to take the lock; its first waiter
+ * tries when that is over, or at once when someone else's unlock message
+ * comes in first (the other client had its turn).  False if no waiter of
+ * the key was waiting.
+ */
+static bool
+waiters_hold_back(WaitGroup *g, const char *key, int keylen)
+{
+	dlist_iter	iter;
+	TimestampTz until;
+
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										RLOCK_HOLD_BACK_MS);
+	dlist_foreach(iter, &g->waiters)
+	{
+		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
+
+		if (worker_retry_at(w - waiters, key, keylen, until))
+		{
+			g->run = 0;
+			g->back_until = until;
+			/* this release's own message is no one else's turn */
+			g->back_echoes = (g->state == SUB_SUBSCRIBED) ?
+				waiters_echo_weight(g) : 0;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * A release of "key" freed it, and its unlock message reached "heard"
+ * subscribers (-1: the kind does not say).  Did anyone listen besides
+ * this instance's own subscription?  Only then is a line held back.
+ */
+void
+rlock_waiters_heard(RlockKind kind, const char *key, int keylen, int heard)
+{
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
+	int			own;
+
+	if (g == NULL || heard < 0)
+		return;
+	own = (g->state == SUB_SUBSCRIBED) ? waiters_echo_weight(g) : 0;
+	g->others = heard > own;
+}
+
+/*
  * This instance is freeing "key" for n others (the kind's hand_off
  * says how many): hand it to that many local waiters, whose tries go out
  * right behind the release instead of after the round trip of the unlock
@@ -569,8 +631,17 @@ rlock_waiters_hand_off(RlockKind kind, const char *key, int keylen, int n)
 {
 	WaitGroup  *g = waiters_find_key(kind, key, keylen);
 
-	if (g == NULL || !waiters_wake(g, n, key, keylen))
+	if (g == NULL)
 		return 0;
+	if (g->others && rlock_handoff_limit > 0 &&
+		g->run >= rlock_handoff_limit && waiters_hold_back(g, key, keylen))
+		return 0;
+	if (!waiters_wake(g, n, key, keylen))
+	{
+		g->run = 0;				/* freed for everyone */
+		return 0;
+	}
+	g->run++;
 	/*
 	 * The release's own unlock message is let pass as an echo: the woken
 	 * waiter's try follows the release on the same connection, or, synced
@@ -700,6 +771,18 @@ rlock_waiters_message(const char *channel, int channellen,
 	{
 		g->echoes--;			/* ours, and handed off already */
 		return;
+	}
+	if (g->back_until != 0)
+	{
+		if (g->back_echoes > 0 &&
+			GetCurrentTimestamp() < g->back_until)
+		{
+			g->back_echoes--;	/* ours: the line still holds back */
+			g->wakes++;
+			return;
+		}
+		g->back_until = 0;		/* someone else's unlock: try now */
+		g->back_echoes = 0;
 	}
 	g->wakes++;
 	waiters_wake(g, kind->wake(payload, payloadlen), NULL, 0);

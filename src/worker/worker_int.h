@@ -170,6 +170,8 @@ extern bool worker_may_send(WorkerReq *req);
 extern void worker_send(WorkerReq *req);
 extern void worker_retry_soon(WorkerReq *req);
 extern bool worker_retry(int slot, const char *key, int keylen);
+extern bool worker_retry_at(int slot, const char *key, int keylen,
+							TimestampTz at);
 extern bool worker_waiting(int slot, const char *key, int keylen);
 extern bool worker_in_line(int slot, const char *key, int keylen);
 
@@ -249,10 +251,14 @@ extern void rlock_waiters_busy_until(int slot, const char *key, int keylen,
 									 TimestampTz until);
 #define RLOCK_HANDED_OFF		1
 #define RLOCK_HANDED_OFF_ECHO	2
+/* how long a line of local waiters holds back for other clients */
+#define RLOCK_HOLD_BACK_MS		2
 extern int	rlock_waiters_hand_off(RlockKind kind, const char *key,
 								   int keylen, int n);
 extern void rlock_waiters_echo_cancel(RlockKind kind, const char *key,
 									  int keylen);
+extern void rlock_waiters_heard(RlockKind kind, const char *key, int keylen,
+								int heard);
 extern void rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc,
 								const RlockReply *reply);
 extern void rlock_waiters_message(const char *channel, int channellen,

@@ -155,7 +155,8 @@ plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 }
 
 /*
- * A release frees the lock for one other owner, or nothing.
+ * A release frees the lock for one other owner, or nothing.  Freed, it
+ * says 1 plus the number of subscribers its unlock message reached.
  */
 static RlockReleased
 plain_release_result(const RlockReply *reply, RlockAmount *freed)
@@ -165,12 +166,18 @@ plain_release_result(const RlockReply *reply, RlockAmount *freed)
 		return RLOCK_RELEASED_NOT_HELD;
 	if (reply->integer == 0)
 		return RLOCK_RELEASED_KEPT;
-	if (reply->integer == 1)
+	if (reply->integer >= 1)
 	{
 		*freed = 1;
 		return RLOCK_RELEASED_FREED;
 	}
 	return RLOCK_RELEASED_INVALID;
+}
+
+static int
+plain_release_heard(const RlockReply *reply)
+{
+	return (int) Min(reply->integer - 1, PG_INT32_MAX);
 }
 
 /*
@@ -293,5 +300,6 @@ const RlockKindMethod rlock_kind_plain = {
 	.wake = plain_wake,
 	.hand_off = plain_hand_off,
 	.free_message = "0",
+	.release_heard = plain_release_heard,
 	.acquire_rereads = true
 };

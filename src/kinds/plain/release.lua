@@ -10,8 +10,10 @@
 -- ARGV[6]  in a Redis Cluster: a second publish command, or none
 --
 -- Returns nil when the owner has no hold (its lease ran out, or someone
--- removed it); 0 when holds remain (their lease reset to ARGV[3]); 1 when
--- the lock was freed and "0" published, as Redisson's unlock does.
+-- removed it); 0 when holds remain (their lease reset to ARGV[3]); when
+-- the lock was freed and "0" published, as Redisson's unlock does, 1 plus
+-- the number of subscribers that heard it (the worker holds its own
+-- waiters back once in a while only when someone else listens).
 --@include ../publish.lua
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
 	return nil
@@ -21,5 +23,4 @@ if tonumber(ARGV[2]) > 0 then
 	redis.call('pexpire', KEYS[1], ARGV[3])
 	return 0
 end
-rlock_free(4)
-return 1
+return 1 + rlock_free(4)

@@ -310,9 +310,127 @@ public final class Driver
 			case "stress":
 				return stress(actor, a[0], Integer.parseInt(a[1]),
 							  Integer.parseInt(a[2]));
+			case "contend":
+				return contend(actor, a[0], Integer.parseInt(a[1]),
+							   Long.parseLong(a[2]), Long.parseLong(a[3]));
 			default:
 				throw new IllegalArgumentException("unknown order " + op);
 		}
+	}
+
+	/*
+	 * A critical section on the counter row named key, committed on db:
+	 * read it, write it back plus one, record the section in "spans".
+	 */
+	private static final class Section
+	{
+		private final PreparedStatement read;
+		private final PreparedStatement write;
+		private final PreparedStatement span;
+		private final Connection db;
+
+		Section(Connection db) throws Exception
+		{
+			this.db = db;
+			db.setAutoCommit(false);
+			read = db.prepareStatement(
+				"SELECT n, clock_timestamp() FROM counters WHERE k = ?");
+			write = db.prepareStatement(
+				"UPDATE counters SET n = ? WHERE k = ?");
+			span = db.prepareStatement(
+				"INSERT INTO spans VALUES (?, ?, clock_timestamp())");
+		}
+
+		void run(String key) throws Exception
+		{
+			read.setString(1, key);
+			try (ResultSet r = read.executeQuery())
+			{
+				r.next();
+				long n = r.getLong(1);
+				java.sql.Timestamp s = r.getTimestamp(2);
+
+				write.setLong(1, n + 1);
+				write.setString(2, key);
+				write.executeUpdate();
+				span.setString(1, key);
+				span.setTimestamp(2, s);
+				span.executeUpdate();
+			}
+			db.commit();
+		}
+	}
+
+	/*
+	 * threads threads of the actor's client compete for the lock on key
+	 * for seconds: each loops over tryLock(waitMs), a section (Section)
+	 * and unlock().  Returns "<sections> <timeouts> <longest wait in ms>":
+	 * how many sections ran, how many tryLock calls gave up, and the
+	 * longest any tryLock took.
+	 */
+	private Object contend(String actor, String key, int threads,
+						   long seconds, long waitMs)
+		throws Exception
+	{
+		List<Thread> workers = new ArrayList<>();
+		List<Throwable> failures = new ArrayList<>();
+		RedissonClient c = client(actor);
+		long end = System.nanoTime() + seconds * 1_000_000_000L;
+		java.util.concurrent.atomic.AtomicLong sections =
+			new java.util.concurrent.atomic.AtomicLong();
+		java.util.concurrent.atomic.AtomicLong timeouts =
+			new java.util.concurrent.atomic.AtomicLong();
+		java.util.concurrent.atomic.AtomicLong longest =
+			new java.util.concurrent.atomic.AtomicLong();
+
+		for (int t = 0; t < threads; t++)
+		{
+			Thread w = new Thread(() -> {
+				RLock l = c.getLock(key);
+
+				try (Connection db = DriverManager.getConnection(jdbcUrl))
+				{
+					Section section = new Section(db);
+
+					while (System.nanoTime() < end)
+					{
+						long t0 = System.nanoTime();
+						boolean got = l.tryLock(waitMs, TimeUnit.MILLISECONDS);
+
+						longest.accumulateAndGet(
+							(System.nanoTime() - t0) / 1_000_000, Math::max);
+						if (!got)
+						{
+							timeouts.incrementAndGet();
+							continue;
+						}
+						try
+						{
+							section.run(key);
+							sections.incrementAndGet();
+						}
+						finally
+						{
+							l.unlock();
+						}
+					}
+				}
+				catch (Throwable e)
+				{
+					synchronized (failures)
+					{
+						failures.add(e);
+					}
+				}
+			});
+			workers.add(w);
+			w.start();
+		}
+		for (Thread w : workers)
+			w.join();
+		if (!failures.isEmpty())
+			throw new RuntimeException(failures.get(0));
+		return sections.get() + " " + timeouts.get() + " " + longest.get();
 	}
 
 	/*
@@ -335,34 +453,14 @@ public final class Driver
 
 				try (Connection db = DriverManager.getConnection(jdbcUrl))
 				{
-					db.setAutoCommit(false);
-					PreparedStatement read = db.prepareStatement(
-						"SELECT n, clock_timestamp() FROM counters WHERE k = ?");
-					PreparedStatement write = db.prepareStatement(
-						"UPDATE counters SET n = ? WHERE k = ?");
-					PreparedStatement span = db.prepareStatement(
-						"INSERT INTO spans VALUES (?, ?, clock_timestamp())");
+					Section section = new Section(db);
 
 					for (int i = 0; i < iterations; i++)
 					{
 						l.lock();
 						try
 						{
-							read.setString(1, key);
-							try (ResultSet r = read.executeQuery())
-							{
-								r.next();
-								long n = r.getLong(1);
-								java.sql.Timestamp s = r.getTimestamp(2);
-
-								write.setLong(1, n + 1);
-								write.setString(2, key);
-								write.executeUpdate();
-								span.setString(1, key);
-								span.setTimestamp(2, s);
-								span.executeUpdate();
-							}
-							db.commit();
+							section.run(key);
 						}
 						finally
 						{
