@@ -158,9 +158,11 @@ typedef struct RlockKindMethod
 
 	/*
 	 * Client-side tracking (worker/track.c): true if a granting acquire
-	 * reads the hold's key last, under the name the hold has, so that
-	 * Redis announces any later change of it by another client.  Left
-	 * false, the kind's holds are never vouched for without asking.
+	 * reads the hold's key before and after its writes, under the name
+	 * the hold has, so that Redis announces any later change of it, and
+	 * then publishes the mark the worker adds as two more arguments
+	 * (channel, mark).  Left false, the kind's holds are never vouched
+	 * for without asking.
 	 */
 	bool		acquire_rereads;
 } RlockKindMethod;

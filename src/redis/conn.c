@@ -256,9 +256,6 @@ conn_release(RlockConn *conn)
 	conn->out_pos = 0;
 	conn->pos = -1;				/* no place in the wait set now */
 	conn->read_more = false;
-	conn->answered_sent_at = 0;
-	conn->answered_pass = 0;
-	conn->drained_pass = 0;
 }
 
 /*

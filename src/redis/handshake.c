@@ -569,6 +569,25 @@ handshake_info_version(const char *info, char *buf, size_t size)
 }
 
 /*
+ * Does the server hold back the invalidations a command's own writes
+ * cause until the command is done (Redis 7.0 and later, every Valkey)?
+ * Older ones send them as the write happens, before anything the command
+ * publishes after it, where worker/track.c's marks cannot tell them apart
+ * from later changes.
+ */
+static bool
+handshake_defers(const char *info)
+{
+	char		version[24];
+
+	if (handshake_info_field(info, "valkey_version", version, sizeof(version)))
+		return true;
+	if (!handshake_info_field(info, "redis_version", version, sizeof(version)))
+		return false;
+	return strtol(version, NULL, 10) >= 7;
+}
+
+/*
  * Close the previous command connection on the server side, if Redis
  * still has it, before anything but the handshake is sent on this one: a
  * command of the old connection that had not reached Redis when the worker
@@ -810,6 +829,7 @@ handshake_optional_reply(RlockConn *conn, HandshakeCmd *hc,
 			if (conn->use == RLOCK_USE_COMMAND &&
 				handshake_info_version(reply->str, version, sizeof(version)))
 				rlock_redis_status_server(version, NULL);
+			conn->defers_invalidations = handshake_defers(reply->str);
 			/* Valkey says server_mode where Redis says redis_mode */
 			if (handshake_info_field(reply->str, "server_mode",
 									 mode, sizeof(mode)) ||

@@ -375,28 +375,6 @@ loop_prepare_wait_set(void)
 }
 
 /*
- * At the end of a pass: a subscriber that the wait found quiet, or whose
- * bytes were all read, ending with a whole message, held nothing that Redis had written before the
- * wait returned.  A reply read after this mark belongs to the next pass.
- */
-static void
-loop_note_drained(void)
-{
-	int			i;
-
-	for (i = 0; i < rlock_conn_count(); i++)
-	{
-		RlockConn  *conn = rlock_conn_at(i);
-
-		if (conn->subscriber && conn->state == RLOCK_CONN_READY &&
-			!conn->failed && conn->partial_since == 0 &&
-			!rlock_conn_buffered(conn))
-			conn->drained_pass = rlock_wire_pass;
-	}
-	rlock_wire_pass++;
-}
-
-/*
  * Sleep until the latch is set, a socket is ready or timeout_ms passes
  * (-1: no timeout), then move the connections whose sockets are ready.
  */
@@ -415,7 +393,6 @@ rlock_redis_wait(long timeout_ms)
 	nevents = WaitEventSetWait(wait_set, timeout_ms, events_out,
 							   max_events,
 							   rlock_wait_event(&wait_event, "RlockWorkerMain"));
-	rlock_wire_pass++;
 	for (i = 0; i < nevents; i++)
 	{
 		RlockConn  *conn = (RlockConn *) events_out[i].user_data;
@@ -444,5 +421,4 @@ rlock_redis_wait(long timeout_ms)
 			conn->state >= RLOCK_CONN_HANDSHAKE && rlock_conn_buffered(conn))
 			rlock_conn_io(conn);
 	}
-	loop_note_drained();
 }

@@ -230,7 +230,6 @@ extern void rlock_redis_route_key(const char *key, int keylen, int uses,
 								  RlockRoute *route);
 extern RlockConn *rlock_redis_command_conn(void);
 extern int64 rlock_redis_redirect_id(RlockConn *command);
-extern bool rlock_redis_tracking_proof(TimestampTz *sent_at);
 extern bool rlock_redis_cluster(void);
 extern RlockConn *rlock_redis_route(const char *key, int keylen);
 extern RlockConn *rlock_redis_subscriber_for(const char *channel, int len);

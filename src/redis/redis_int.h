@@ -285,6 +285,9 @@ struct RlockConn
 												 * known */
 	int64		client_id;		/* CLIENT ID of this connection, 0 if not
 								 * known */
+	bool		defers_invalidations;	/* the server sends what a command's
+										 * own writes invalidate after it
+										 * (Redis 7.0 and later, Valkey) */
 	int			replicas;		/* replicas ROLE (or INFO replication)
 								 * listed, -1 if not known */
 	bool		replicas_refused;	/* Redis refused both ROLE and INFO
@@ -293,16 +296,6 @@ struct RlockConn
 								 * connection made, for the next one's fence */
 	char		fence_run_id[RLOCK_RUN_ID_LEN + 1];
 	bool		fence_owed;		/* sync: lost with commands on the wire */
-
-	/*
-	 * What the loop's passes (numbered by rlock_wire_pass) proved: on a
-	 * command connection, the newest command whose reply was read, and in
-	 * which pass; on a subscriber, the latest pass that left it with
-	 * nothing unread.  See rlock_redis_tracking_proof().
-	 */
-	TimestampTz answered_sent_at;
-	uint64		answered_pass;
-	uint64		drained_pass;
 	TimestampTz role_at;		/* when ROLE was last sent */
 	bool		role_inflight;
 
@@ -411,7 +404,6 @@ extern void rlock_tls_reset(void);
 extern bool rlock_conn_resend(RlockConn *conn, RlockCmd *cmd);
 extern void rlock_conn_answer(RlockConn *conn, RlockCmd *cmd,
 							  const RlockReply *reply);
-extern uint64 rlock_wire_pass;
 extern void rlock_wire_flush(RlockConn *conn);
 extern void rlock_wire_read(RlockConn *conn);
 extern void rlock_wire_refused(RlockConn *conn);

@@ -305,7 +305,9 @@ rlock_redis_cluster(void)
 /*
  * The CLIENT ID of the subscriber that a command connection's tracking
  * can redirect its invalidations to: the server's own subscriber, once it
- * is ready and told its id; 0 if none (in a Redis Cluster: not yet).
+ * is ready and told its id; 0 if none (in a Redis Cluster: not yet), or
+ * if the server sends its commands' own invalidations too early for
+ * worker/track.c (before Redis 7.0).
  */
 int64
 rlock_redis_redirect_id(RlockConn *command)
@@ -313,31 +315,9 @@ rlock_redis_redirect_id(RlockConn *command)
 	RlockConn  *sub = conns[RLOCK_USE_SUBSCRIBER];
 
 	if (rlock_router_active() || command != conns[RLOCK_USE_COMMAND] ||
-		sub->state != RLOCK_CONN_READY)
+		sub->state != RLOCK_CONN_READY || !command->defers_invalidations)
 		return 0;
 	return sub->client_id;
-}
-
-/*
- * What the loop has proved of invalidations: every one that Redis wrote
- * before it ran the command sent at *sent_at (the newest whose reply was
- * read) has been read, because the subscriber was drained in a pass no
- * earlier than the one that read that reply.  False if nothing is proved.
- * The command connection must be ready and the one whose tracking the
- * subscriber receives.
- */
-bool
-rlock_redis_tracking_proof(TimestampTz *sent_at)
-{
-	RlockConn  *cmd = conns[RLOCK_USE_COMMAND];
-	RlockConn  *sub = conns[RLOCK_USE_SUBSCRIBER];
-
-	if (rlock_router_active() || cmd->state != RLOCK_CONN_READY ||
-		sub->state != RLOCK_CONN_READY || cmd->answered_sent_at == 0 ||
-		sub->drained_pass < cmd->answered_pass)
-		return false;
-	*sent_at = cmd->answered_sent_at;
-	return true;
 }
 
 /*

@@ -49,9 +49,6 @@
 
 static char *read_buf = NULL;
 
-/* the loop's pass (loop.c numbers them), for what a read proves */
-uint64		rlock_wire_pass = 1;
-
 /*---- state ----*/
 
 /*
@@ -323,9 +320,6 @@ conn_dispatch(RlockConn *conn, RlockReply *reply)
 	if (conn->use == RLOCK_USE_COMMAND)
 		pg_atomic_write_u64(&rlock_shared->cmd_reply_at,
 							(uint64) GetCurrentTimestamp());
-	if (cmd->sent_at > conn->answered_sent_at)
-		conn->answered_sent_at = cmd->sent_at;
-	conn->answered_pass = rlock_wire_pass;
 	readonly = conn_says_replica(reply);
 
 	/* a Redis Cluster's redirections are its router's */

@@ -244,13 +244,12 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	/* one that never ran (a cluster did not take it) needs no fence */
 	if (a.reply == NULL && wc->sync_tag != 0 && !wc->cmd.unsent)
 		worker_sync_lost_on(wc->hold, conn);
+	rlock_track_answered(conn, wc, a.result.granted && !syncing);
 	if (syncing)
 	{
 		worker_sync_granted(conn, wc, a.result.value);
 		return;
 	}
-	if (a.result.granted)
-		rlock_track_granted(conn, wc);
 	worker_requeue_hold(wc->hold);
 
 	req = worker_current(wc);

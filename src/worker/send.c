@@ -276,6 +276,7 @@ worker_send_acquire(WorkerReq *req)
 	rlock_kinds[h->kind]->acquire(args, &wc->cmd, &kh,
 								  target * rlock_kinds[h->kind]->step,
 								  wc->lease_ms, req->args.want_token);
+	rlock_track_mark_acquire(conn, wc, args, need > 0);
 	req->wakes_seen = rlock_waiters_wakes(slot);
 	req->releases_seen = worker_releases_sent();
 	req->woken = false;

@@ -8,31 +8,42 @@
  *		a commit can trust a hold nobody changed without asking Redis.
  *
  * The subscriber learns its CLIENT ID in its handshake and subscribes to
- * RLOCK_INVALIDATE_CHANNEL; then the command connection sends CLIENT
- * TRACKING ON REDIRECT <that id> NOLOOP (our own writes announce
- * nothing).  Tracking is armed from its OK until either connection is
- * lost, rlock.client_tracking is turned off, or Redis says "every key"
- * (FLUSHALL); each arming is a new epoch (never 0), published in shared
- * memory with 0 for "not armed".
+ * RLOCK_INVALIDATE_CHANNEL and to a channel of marks of its own, named
+ * with random bytes; then the command connection sends CLIENT TRACKING ON
+ * REDIRECT <that id>.  Not NOLOOP: NOLOOP also silences what Redis does
+ * to a key while it runs one of our commands, an eviction under maxmemory
+ * or a key dropped from its full tracking table, and our own writes are
+ * accounted for below.  Tracking is armed from its OK until either
+ * connection is lost, rlock.client_tracking is turned off, or Redis says
+ * "every key" (FLUSHALL); each arming is a new epoch (never 0), published
+ * in shared memory with 0 for "not armed".
  *
- * A hold is tracked under an epoch when an acquire of it that was sent
- * under that epoch, with no invalidation arriving between its sending and
- * its reply, granted it: the acquire script ends with a read of the key,
- * which tracks it (a key we write is untracked on the server, so every
- * other command the worker sends on a hold untracks the hold here).  An
- * invalidation of the key untracks the holds on it.  Any invalidation,
- * of any key, while an acquire is on the wire leaves that acquire's hold
- * untracked: the message may be for a change made after the script ran.
- * So does any other command that writes the hold's key sent after the
- * acquire (a renewal of the watchdog): Redis runs it after the script,
- * and its write makes Redis forget the key again, announcing nothing.
+ * Which announcements came after a hold was read is told by marks.  An
+ * acquire sent under tracking carries a number (its mark), and its script,
+ * when it grants, reads the key last (tracked again after its own write)
+ * and then publishes the mark on the marks channel.  Redis puts the mark
+ * on the subscriber's stream where the script ran: an invalidation of the
+ * key before it was for a change before the read, one after it for a
+ * change after, with one exception.  The script read the key before it
+ * wrote it, so its own write untracked the key, and Redis 7 holds that
+ * invalidation back until the script is done: it comes right behind the
+ * mark, before anything another command causes.  So a hold is tracked
+ * once its grant has come, its mark has come, and right behind the mark
+ * that invalidation of its key (invalidations of other keys the script
+ * wrote, a fencing token's counter, may come first); anything else right
+ * behind the mark, and the hold is never vouched for.  It stops being
+ * tracked at the next invalidation of its key.  Any other command that
+ * writes the hold's key (a renewal, a release) untracks it when it is
+ * sent.  Servers that send a command's own invalidations as it writes
+ * (before Redis 7.0) are not tracked at all.
  *
- * Every pass of the loop, the Redis layer says which command's reply it
- * has read with the subscriber drained behind it
- * (rlock_redis_tracking_proof): every invalidation of a change Redis made
- * before running that command has been handled.  Its sending time goes
- * to shared memory (track_fresh_at), after the holds' changes; a backend
- * reads it first, then the holds.
+ * A mark also proves the subscriber's stream alive and read up to the
+ * moment its acquire ran: every announcement of a change Redis made
+ * before has been handled.  Its acquire's sending time goes to shared
+ * memory (track_fresh_at), after the holds' changes; a backend reads it
+ * first, then the holds, and asks Redis when it is older than
+ * rlock.verify_window.  Without marks (a subscriber whose bytes are lost,
+ * an idle worker, a user refused the marks channel) nothing is vouched.
  *
  * Only for a standalone server or one behind Sentinels; in a Redis
  * Cluster commits keep asking.
@@ -48,6 +59,7 @@
 
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "worker/worker_int.h"
 
@@ -55,32 +67,76 @@
 #define TRACK_SUBSCRIBE		1
 #define TRACK_ON			2
 #define TRACK_OFF			3
+#define TRACK_SUBSCRIBE_MARKS 4
 
-/* A key with tracked holds, and those holds (index, generation pairs) */
+/* A hold whose acquire was sent under tracking */
+typedef struct TrackedHold
+{
+	int			index;			/* the hold entry, and its generation */
+	uint32		generation;
+	uint64		mark;			/* its acquire's mark */
+	bool		marked;			/* the mark came back */
+	bool		granted;		/* the acquire granted it */
+} TrackedHold;
+
+/* A key with holds under tracking */
 typedef struct TrackedKey
 {
 	RlockKeyRef key;			/* hash key; data allocated with the entry */
 	int			n;
 	int			size;
-	int		   *pairs;
+	TrackedHold *holds;
 } TrackedKey;
+
+/* A mark on its way, oldest first */
+typedef struct PendingMark
+{
+	uint64		mark;
+	int			index;
+	uint32		generation;
+	TimestampTz sent_at;
+} PendingMark;
 
 static HTAB *tracked = NULL;
 static uint32 epoch = 0;		/* the current arming; 0: not armed */
 static uint32 last_epoch = 0;
 static RlockConn *armed_on = NULL;	/* the command connection armed */
-static RlockConn *subscribed_on = NULL; /* the subscriber on the channel */
-static RlockConn *subscribe_refused = NULL; /* refused the channel: not
+static RlockConn *subscribed_on = NULL; /* the subscriber on both channels */
+static RlockConn *subscribe_refused = NULL; /* refused a channel: not
 											 * asked again until made again */
-static bool subscribing = false;
+static int	subscribing = 0;	/* SUBSCRIBEs on the wire */
+static int	subscribed = 0;		/* ... and confirmed */
 static bool arming = false;
 static bool was_on = false;		/* the command connection had tracking on */
-static uint64 inval_seq = 1;	/* invalidation messages so far, plus 1 */
 static RlockConn *refused_on = NULL;	/* refused tracking: not asked again
 										 * until it is made again */
 static bool refusal_told = false;
 static int64 arming_redirect = 0;	/* the subscriber CLIENT TRACKING ON
 									 * on the wire names */
+
+/* the marks channel, "rlock:track:" and 16 hex digits */
+#define TRACK_MARKS_PREFIX	"rlock:track:"
+static char marks_channel[sizeof(TRACK_MARKS_PREFIX) + 16];
+static uint64 mark_sent = 0;	/* the latest mark sent */
+static uint64 mark_seen = 0;	/* the latest mark come back */
+
+/*
+ * The hold whose mark came last, until the invalidation its own script
+ * caused comes right behind it (see the top): 0 for mark when none.
+ */
+static uint64 expect_mark = 0;
+static int	expect_index;
+static uint32 expect_generation;
+
+static void track_expectation(bool met);
+static bool track_expected_in(const RlockReply *keys);
+
+/* marks on their way: a ring, at most TRACK_MARKS_MAX */
+#define TRACK_MARKS_MAX		8192
+static PendingMark *pending = NULL;
+static int	pending_size = 0;
+static int	pending_head = 0;
+static int	pending_n = 0;
 
 /*
  * Per hold entry: the commands sent so far that write its key (any
@@ -97,16 +153,26 @@ static void
 track_remove_key(TrackedKey *t)
 {
 	char	   *data = (char *) t->key.data;
-	int		   *pairs = t->pairs;
+	TrackedHold *holds = t->holds;
 
 	hash_search(tracked, &t->key, HASH_REMOVE, NULL);
-	pfree(pairs);
+	pfree(holds);
 	pfree(data);
 }
 
 /*
- * Forget every tracked hold: the keys stay untracked on this side until
- * acquires track them again.
+ * Untrack the hold at "i" of a key's entry, and drop it from the entry.
+ */
+static void
+track_drop_hold(TrackedKey *t, int i)
+{
+	rlock_hold_untrack(t->holds[i].index, t->holds[i].generation);
+	t->holds[i] = t->holds[--t->n];
+}
+
+/*
+ * Forget every hold under tracking, and every mark on its way: the keys
+ * stay untracked on this side until acquires track them again.
  */
 static void
 track_forget_all(void)
@@ -114,33 +180,23 @@ track_forget_all(void)
 	HASH_SEQ_STATUS seq;
 	TrackedKey *t;
 
+	pending_n = 0;
+	pending_head = 0;
+	expect_mark = 0;
 	/* a table that once was large is slow to walk even when empty */
 	if (tracked == NULL || hash_get_num_entries(tracked) == 0)
 		return;
 	hash_seq_init(&seq, tracked);
 	while ((t = (TrackedKey *) hash_seq_search(&seq)) != NULL)
 	{
-		int			i;
-
-		for (i = 0; i < t->n; i++)
-			rlock_hold_untrack(t->pairs[2 * i], t->pairs[2 * i + 1]);
+		while (t->n > 0)
+			track_drop_hold(t, 0);
 		track_remove_key(t);
 	}
 }
 
 /*
- * Drop the pair at "i" of a key's entry.
- */
-static void
-track_drop_pair(TrackedKey *t, int i)
-{
-	t->n--;
-	t->pairs[2 * i] = t->pairs[2 * t->n];
-	t->pairs[2 * i + 1] = t->pairs[2 * t->n + 1];
-}
-
-/*
- * Drop the pairs of entries since freed or reused from a key's entry;
+ * Drop the holds of entries since freed or reused from a key's entry;
  * true if none is left.
  */
 static bool
@@ -152,9 +208,9 @@ track_prune_key(TrackedKey *t)
 	{
 		RlockHold	copy;
 
-		rlock_hold_read(t->pairs[2 * i], &copy);
-		if (!rlock_hold_is_current(&copy, (uint32) t->pairs[2 * i + 1]))
-			track_drop_pair(t, i);
+		rlock_hold_read(t->holds[i].index, &copy);
+		if (!rlock_hold_is_current(&copy, t->holds[i].generation))
+			t->holds[i] = t->holds[--t->n];
 		else
 			i++;
 	}
@@ -184,33 +240,74 @@ track_bound(void)
 }
 
 /*
+ * The key's entry of the hold entry "index", or NULL.
+ */
+static TrackedKey *
+track_key_of(int index, bool create)
+{
+	RlockHold  *h = rlock_hold(index);
+	RlockKeyRef ref;
+	TrackedKey *t;
+	bool		found;
+
+	if (tracked == NULL)
+	{
+		if (!create)
+			return NULL;
+		tracked = rlock_keyref_table("rlock tracked keys", sizeof(TrackedKey),
+									 rlock_worker_context);
+	}
+	ref.data = h->key;
+	ref.len = h->keylen;
+	t = (TrackedKey *) hash_search(tracked, &ref,
+								   create ? HASH_ENTER : HASH_FIND, &found);
+	if (t != NULL && !found)
+	{
+		char	   *data = MemoryContextAlloc(rlock_worker_context, h->keylen);
+
+		memcpy(data, h->key, h->keylen);
+		t->key.data = data;
+		t->key.len = h->keylen;
+		t->n = 0;
+		t->size = 2;
+		t->holds = MemoryContextAlloc(rlock_worker_context,
+									  sizeof(TrackedHold) * t->size);
+	}
+	return t;
+}
+
+/*
+ * The position of the hold "index" of "generation" in its key's entry
+ * (with its acquire's mark, if "mark" is not 0), or -1.
+ */
+static int
+track_find_hold(TrackedKey *t, int index, uint32 generation, uint64 mark)
+{
+	int			i;
+
+	for (i = 0; t != NULL && i < t->n; i++)
+	{
+		if (t->holds[i].index == index &&
+			t->holds[i].generation == generation &&
+			(mark == 0 || t->holds[i].mark == mark))
+			return i;
+	}
+	return -1;
+}
+
+/*
  * The entry "index" of "generation" is not tracked any more: out of its
  * key's entry (and the key out of the table with its last hold).
  */
 static void
 track_forget_hold(int index, uint32 generation)
 {
-	RlockHold  *h = rlock_hold(index);
-	RlockKeyRef ref;
-	TrackedKey *t;
-	int			i;
+	TrackedKey *t = track_key_of(index, false);
+	int			i = track_find_hold(t, index, generation, 0);
 
-	if (tracked == NULL)
-		return;
-	ref.data = h->key;
-	ref.len = h->keylen;
-	t = (TrackedKey *) hash_search(tracked, &ref, HASH_FIND, NULL);
-	if (t == NULL)
-		return;
-	for (i = 0; i < t->n; i++)
-	{
-		if (t->pairs[2 * i] == index && t->pairs[2 * i + 1] == (int) generation)
-		{
-			track_drop_pair(t, i);
-			break;
-		}
-	}
-	if (t->n == 0)
+	if (i >= 0)
+		track_drop_hold(t, i);
+	if (t != NULL && t->n == 0)
 		track_remove_key(t);
 }
 
@@ -240,11 +337,14 @@ track_send(RlockConn *conn, int what)
 {
 	RlockArgs  *args = worker_args();
 	WorkerCmd  *wc;
+	const char *channel = NULL;
 
-	if (what == TRACK_SUBSCRIBE)
+	if (what == TRACK_SUBSCRIBE || what == TRACK_SUBSCRIBE_MARKS)
 	{
+		channel = (what == TRACK_SUBSCRIBE) ?
+			RLOCK_INVALIDATE_CHANNEL : marks_channel;
 		rlock_args_cstr(args, "SUBSCRIBE");
-		rlock_args_cstr(args, RLOCK_INVALIDATE_CHANNEL);
+		rlock_args_cstr(args, channel);
 	}
 	else
 	{
@@ -258,16 +358,15 @@ track_send(RlockConn *conn, int what)
 			rlock_args_cstr(args, "ON");
 			rlock_args_cstr(args, "REDIRECT");
 			rlock_args_int(args, arming_redirect);
-			rlock_args_cstr(args, "NOLOOP");
 		}
 	}
 	wc = worker_cmd_new(WORKER_CMD_TRACK);
 	wc->seq = what;
-	if (what == TRACK_SUBSCRIBE)
+	if (channel != NULL)
 	{
 		wc->cmd.shape = RLOCK_SHAPE_SUBSCRIBE;
-		wc->cmd.channel = RLOCK_INVALIDATE_CHANNEL;
-		wc->cmd.channellen = strlen(RLOCK_INVALIDATE_CHANNEL);
+		wc->cmd.channel = channel;
+		wc->cmd.channellen = strlen(channel);
 	}
 	else
 		wc->cmd.shape = RLOCK_SHAPE_OK;
@@ -276,7 +375,7 @@ track_send(RlockConn *conn, int what)
 
 /*
  * Arm tracking when everything is there for it: the setting, a
- * subscriber on the channel with its id, a ready command connection.
+ * subscriber on both channels with its id, a ready command connection.
  */
 void
 rlock_track_tick(void)
@@ -296,8 +395,8 @@ rlock_track_tick(void)
 	}
 	if (rlock_redis_cluster())
 		return;
-	/* a subscriber made while the setting was off follows the channel now */
-	if (subscribed_on == NULL && !subscribing)
+	/* a subscriber made while the setting was off follows the channels now */
+	if (subscribed_on == NULL && subscribing == 0)
 	{
 		RlockConn  *sub = rlock_redis_subscriber_for("", 0);
 
@@ -319,19 +418,32 @@ rlock_track_tick(void)
 }
 
 /*
- * A subscriber is ready: it follows the invalidations, if its handshake
- * learned its id.
+ * A subscriber is ready: it follows the invalidations and a new channel
+ * of marks, if its handshake learned its id.
  */
 void
 rlock_track_conn_ready(RlockConn *conn)
 {
+	uint8		nonce[8];
+	int			i;
+
 	if (!rlock_conn_is_subscriber(conn) || rlock_redis_cluster() ||
-		!rlock_client_tracking || subscribing || subscribed_on != NULL ||
+		!rlock_client_tracking || subscribing > 0 || subscribed_on != NULL ||
 		conn != rlock_redis_subscriber_for("", 0) ||
 		rlock_redis_redirect_id(rlock_redis_command_conn()) <= 0)
 		return;
+	/* a name nobody guesses: marks published by others would lie */
+	if (!pg_strong_random(nonce, sizeof(nonce)))
+		return;
+	strcpy(marks_channel, TRACK_MARKS_PREFIX);
+	for (i = 0; i < (int) sizeof(nonce); i++)
+		snprintf(marks_channel + strlen(TRACK_MARKS_PREFIX) + 2 * i, 3,
+				 "%02x", nonce[i]);
+	subscribed = 0;
 	if (track_send(conn, TRACK_SUBSCRIBE))
-		subscribing = true;
+		subscribing++;
+	if (subscribing == 1 && track_send(conn, TRACK_SUBSCRIBE_MARKS))
+		subscribing++;
 }
 
 /*
@@ -363,13 +475,17 @@ rlock_track_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
 	bool		ok = reply != NULL && reply->type != RLOCK_REPLY_ERROR;
 
-	if (wc->seq == TRACK_SUBSCRIBE)
+	if (wc->seq == TRACK_SUBSCRIBE || wc->seq == TRACK_SUBSCRIBE_MARKS)
 	{
-		subscribing = false;
-		if (ok && rlock_conn_ready(conn))
-			subscribed_on = conn;
-		else if (reply != NULL && !ok)
+		if (subscribing > 0)
+			subscribing--;
+		if (ok)
+			subscribed++;
+		else if (reply != NULL)
 			subscribe_refused = conn;
+		if (subscribing == 0 && subscribed == 2 && rlock_conn_ready(conn) &&
+			subscribe_refused != conn)
+			subscribed_on = conn;
 	}
 	else if (wc->seq == TRACK_ON)
 	{
@@ -407,25 +523,29 @@ rlock_track_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 				(errmsg("rlock: Redis refused client-side tracking: %s",
 						reply->str),
 				 errdetail("Every check before commit asks Redis."),
-				 errhint("Allow the rlock user CLIENT TRACKING and CLIENT ID and the channel \"%s\", or set rlock.client_tracking = off.",
-						 RLOCK_INVALIDATE_CHANNEL)));
+				 errhint("Allow the rlock user CLIENT TRACKING and CLIENT ID and the channels \"%s\" and \"%s*\", or set rlock.client_tracking = off.",
+						 RLOCK_INVALIDATE_CHANNEL, TRACK_MARKS_PREFIX)));
 	}
 }
 
 /*
- * Keys changed (keys NULL: all of them): their holds are not vouched for
- * any more.
+ * Keys changed (keys NULL: all of them): holds on them whose marks came
+ * before are not vouched for any more.  Holds whose marks are still to
+ * come stay: the change came before their scripts read the keys.
  */
 void
 rlock_track_invalidated(RlockConn *conn, const RlockReply *keys)
 {
 	int			i;
+	bool		met;
 
-	inval_seq++;
 	if (keys == NULL)
 	{
 		/* a FLUSHALL: every key; the server keeps tracking */
 		uint32		was = epoch;
+
+		if (conn == subscribed_on)
+			track_expectation(false);
 
 		track_disarm();
 		if (was != 0 && conn == subscribed_on)
@@ -437,22 +557,32 @@ rlock_track_invalidated(RlockConn *conn, const RlockReply *keys)
 		}
 		return;
 	}
-	if (tracked == NULL)
+	if (tracked == NULL || conn != subscribed_on)
 		return;
+	met = track_expected_in(keys);
 	for (i = 0; i < keys->elements; i++)
 	{
 		const RlockReply *k = keys->element[i];
 		RlockKeyRef ref = {k->str, k->len};
 		TrackedKey *t;
-		int			j;
+		int			j = 0;
 
 		t = (TrackedKey *) hash_search(tracked, &ref, HASH_FIND, NULL);
 		if (t == NULL)
 			continue;
-		for (j = 0; j < t->n; j++)
-			rlock_hold_untrack(t->pairs[2 * j], t->pairs[2 * j + 1]);
-		track_remove_key(t);
+		while (j < t->n)
+		{
+			if (t->holds[j].marked)
+				track_drop_hold(t, j);
+			else
+				j++;
+		}
+		if (t->n == 0)
+			track_remove_key(t);
 	}
+	/* the script's own invalidation: its hold is read from here on */
+	if (met)
+		track_expectation(true);
 }
 
 /*
@@ -465,29 +595,109 @@ track_note_write(int index, uint32 generation)
 		hold_writes = MemoryContextAllocZero(rlock_worker_context,
 											 sizeof(uint32) * rlock_shared->nholds);
 	hold_writes[index]++;
-	rlock_hold_untrack(index, generation);
 	track_forget_hold(index, generation);
+}
+
+/*
+ * An acquire of the hold "index" is being built for "conn": give it a
+ * mark, if tracking can vouch for what it grants (the kind's script reads
+ * its key last and publishes the mark, see kinds.h), in two more
+ * arguments: the marks channel and the mark.  Not for an acquisition that
+ * replicas must confirm: its grant is not the hold's until they have.
+ */
+void
+rlock_track_mark_acquire(RlockConn *conn, WorkerCmd *wc, RlockArgs *args,
+						 bool synced)
+{
+	RlockHold  *h = rlock_hold(wc->hold);
+
+	wc->track_mark = 0;
+	if (epoch == 0 || conn != armed_on || synced ||
+		!rlock_kinds[h->kind]->acquire_rereads)
+		return;
+	wc->track_mark = ++mark_sent;
+	rlock_args_cstr(args, marks_channel);
+	rlock_args_int(args, (int64) wc->track_mark);
+}
+
+/*
+ * Put a mark on its way, dropping the oldest when too many are (their
+ * scripts did not publish them: no grant, or a user refused the channel).
+ */
+static void
+track_pending_push(WorkerCmd *wc)
+{
+	PendingMark *p;
+
+	if (pending_n == pending_size)
+	{
+		int			size = pending_size == 0 ? 64 :
+			Min(pending_size * 2, TRACK_MARKS_MAX);
+
+		if (size == pending_size)
+		{
+			pending_head = (pending_head + 1) % pending_size;
+			pending_n--;
+		}
+		else
+		{
+			PendingMark *grown = MemoryContextAlloc(rlock_worker_context,
+													sizeof(PendingMark) * size);
+			int			i;
+
+			for (i = 0; i < pending_n; i++)
+				grown[i] = pending[(pending_head + i) % pending_size];
+			if (pending != NULL)
+				pfree(pending);
+			pending = grown;
+			pending_size = size;
+			pending_head = 0;
+		}
+	}
+	p = &pending[(pending_head + pending_n) % pending_size];
+	p->mark = wc->track_mark;
+	p->index = wc->hold;
+	p->generation = rlock_hold(wc->hold)->generation;
+	p->sent_at = GetCurrentTimestamp();
+	pending_n++;
 }
 
 /*
  * A command about to go out: one that writes held keys untracks them on
  * the server (only an acquire's grant reads its key again after), so
- * their holds are untracked here; an acquire notes the epoch, the
- * invalidations so far and its hold's writes so far, which its reply
- * compares.
+ * their holds are untracked here; an acquire with a mark puts its hold
+ * under tracking, waiting for its grant and its mark.
  */
 void
 rlock_track_sending(WorkerCmd *wc)
 {
 	int			i;
+	TrackedKey *t;
+	TrackedHold *th;
 
 	wc->track_epoch = epoch;
-	wc->track_seq = inval_seq;
 	switch (wc->type)
 	{
 		case WORKER_CMD_ACQUIRE:
 			track_note_write(wc->hold, rlock_hold(wc->hold)->generation);
 			wc->track_writes = hold_writes[wc->hold];
+			if (wc->track_mark == 0)
+				break;
+			t = track_key_of(wc->hold, true);
+			(void) track_prune_key(t);
+			if (t->n == t->size)
+			{
+				t->size *= 2;
+				t->holds = repalloc(t->holds, sizeof(TrackedHold) * t->size);
+			}
+			th = &t->holds[t->n++];
+			th->index = wc->hold;
+			th->generation = rlock_hold(wc->hold)->generation;
+			th->mark = wc->track_mark;
+			th->marked = false;
+			th->granted = false;
+			track_pending_push(wc);
+			track_bound();
 			break;
 		case WORKER_CMD_RELEASE:
 			track_note_write(wc->hold, rlock_hold(wc->hold)->generation);
@@ -503,78 +713,177 @@ rlock_track_sending(WorkerCmd *wc)
 }
 
 /*
- * An acquire granted the hold on the connection it was sent on: tracked,
- * if nothing could have changed the key unseen since the script read it.
+ * A hold has both its grant and its mark: tracked.
  */
-void
-rlock_track_granted(RlockConn *conn, WorkerCmd *wc)
+static void
+track_arm_hold(TrackedHold *th)
 {
-	RlockHold  *h = rlock_hold(wc->hold);
-	uint32		generation = h->generation;
-	TrackedKey *t;
-	RlockKeyRef ref;
-	bool		found;
-	MemoryContext old;
-	int			i;
-
-	if (epoch == 0 || wc->track_epoch != epoch || wc->track_seq != inval_seq ||
-		conn != armed_on || wc->sent_on != armed_on ||
-		hold_writes[wc->hold] != wc->track_writes ||
-		!rlock_kinds[h->kind]->acquire_rereads)
-		return;
-	if (tracked == NULL)
-		tracked = rlock_keyref_table("rlock tracked keys", sizeof(TrackedKey),
-									 rlock_worker_context);
-	ref.data = h->key;
-	ref.len = h->keylen;
-	t = (TrackedKey *) hash_search(tracked, &ref, HASH_ENTER, &found);
-	old = MemoryContextSwitchTo(rlock_worker_context);
-	if (!found)
-	{
-		char	   *data = palloc(h->keylen);
-
-		memcpy(data, h->key, h->keylen);
-		t->key.data = data;
-		t->key.len = h->keylen;
-		t->n = 0;
-		t->size = 2;
-		t->pairs = palloc(sizeof(int) * 2 * t->size);
-	}
-	MemoryContextSwitchTo(old);
-
-	/* drop pairs of entries since freed or reused; skip a duplicate */
-	(void) track_prune_key(t);
-	for (i = 0; i < t->n; i++)
-	{
-		if (t->pairs[2 * i] == wc->hold && t->pairs[2 * i + 1] == (int) generation)
-			break;
-	}
-	if (i == t->n)
-	{
-		if (t->n == t->size)
-		{
-			t->size *= 2;
-			t->pairs = repalloc(t->pairs, sizeof(int) * 2 * t->size);
-		}
-		t->pairs[2 * t->n] = wc->hold;
-		t->pairs[2 * t->n + 1] = (int) generation;
-		t->n++;
-	}
-	rlock_hold_track(wc->hold, generation, epoch);
-	track_bound();
+	rlock_hold_track(th->index, th->generation, epoch);
 }
 
 /*
- * After a pass of the loop: publish what it proved (see the top).
+ * An acquire sent with a mark was answered ("granted" or not, or lost):
+ * a grant on the connection armed, with nothing written to the key since,
+ * waits for its mark or, come already, makes the hold tracked.
  */
 void
-rlock_track_pass(void)
+rlock_track_answered(RlockConn *conn, WorkerCmd *wc, bool granted)
 {
-	TimestampTz sent_at;
+	TrackedKey *t;
+	int			i;
 
-	if (epoch == 0 || !rlock_redis_tracking_proof(&sent_at))
+	if (wc->track_mark == 0)
 		return;
-	pg_write_barrier();
-	if ((uint64) sent_at > pg_atomic_read_u64(&rlock_shared->track_fresh_at))
-		pg_atomic_write_u64(&rlock_shared->track_fresh_at, (uint64) sent_at);
+	t = track_key_of(wc->hold, false);
+	i = track_find_hold(t, wc->hold, rlock_hold(wc->hold)->generation,
+						wc->track_mark);
+	if (i < 0)
+		return;
+	if (!granted || epoch == 0 || wc->track_epoch != epoch ||
+		conn != armed_on || wc->sent_on != armed_on ||
+		hold_writes[wc->hold] != wc->track_writes)
+	{
+		track_drop_hold(t, i);
+		if (t->n == 0)
+			track_remove_key(t);
+		return;
+	}
+	t->holds[i].granted = true;
+	if (t->holds[i].marked)
+		track_arm_hold(&t->holds[i]);
+}
+
+/*
+ * The hold of the latest mark: met (true) when the invalidation its
+ * script caused came right behind the mark, failed (false) when
+ * something else came first.  Met, it is marked, and tracked if granted;
+ * failed, it is never vouched for.
+ */
+static void
+track_expectation(bool met)
+{
+	TrackedKey *t;
+	int			i;
+
+	if (expect_mark == 0)
+		return;
+	t = track_key_of(expect_index, false);
+	i = track_find_hold(t, expect_index, expect_generation, expect_mark);
+	expect_mark = 0;
+	if (i < 0)
+		return;
+	if (!met)
+	{
+		track_drop_hold(t, i);
+		if (t->n == 0)
+			track_remove_key(t);
+		return;
+	}
+	t->holds[i].marked = true;
+	if (t->holds[i].granted)
+		track_arm_hold(&t->holds[i]);
+}
+
+/*
+ * Does an invalidation name the key of the hold of the latest mark?
+ */
+static bool
+track_expected_in(const RlockReply *keys)
+{
+	RlockHold  *h;
+	int			i;
+
+	if (expect_mark == 0)
+		return false;
+	h = rlock_hold(expect_index);
+	for (i = 0; i < keys->elements; i++)
+	{
+		const RlockReply *k = keys->element[i];
+
+		if (k->len == h->keylen && memcmp(k->str, h->key, k->len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Read a mark's payload: digits only, no more than a uint64 holds.
+ */
+static bool
+track_parse_mark(const char *payload, int len, uint64 *mark)
+{
+	uint64		v = 0;
+	int			i;
+
+	if (len < 1 || len > 20)
+		return false;
+	for (i = 0; i < len; i++)
+	{
+		if (payload[i] < '0' || payload[i] > '9')
+			return false;
+		if (v > (PG_UINT64_MAX - (payload[i] - '0')) / 10)
+			return false;
+		v = v * 10 + (payload[i] - '0');
+	}
+	*mark = v;
+	return true;
+}
+
+/*
+ * Is this a message on our marks channel?  If so it is handled here: the
+ * mark's hold may be tracked now, marks before it will not come (their
+ * scripts did not grant), and the subscriber has read everything Redis
+ * announced before the mark's acquire ran.
+ */
+bool
+rlock_track_message(RlockConn *conn, const char *channel, int channellen,
+					const char *payload, int payloadlen)
+{
+	uint64		mark;
+	TimestampTz fresh = 0;
+
+	/* nothing but an invalidation comes right behind a mark */
+	if (conn == subscribed_on)
+		track_expectation(false);
+	if (marks_channel[0] == '\0' || channellen != strlen(marks_channel) ||
+		memcmp(channel, marks_channel, channellen) != 0)
+		return false;
+	/* only marks of ours, in order, on the subscriber armed */
+	if (conn != subscribed_on || epoch == 0 ||
+		!track_parse_mark(payload, payloadlen, &mark) ||
+		mark <= mark_seen || mark > mark_sent)
+		return true;
+	mark_seen = mark;
+	while (pending_n > 0 && pending[pending_head].mark <= mark)
+	{
+		PendingMark *p = &pending[pending_head];
+
+		TrackedKey *t = track_key_of(p->index, false);
+		int			i = track_find_hold(t, p->index, p->generation, p->mark);
+
+		pending_head = (pending_head + 1) % pending_size;
+		pending_n--;
+		if (i < 0)
+			continue;
+		if (p->mark < mark)
+		{
+			/* its script published nothing: never vouched for */
+			track_drop_hold(t, i);
+			if (t->n == 0)
+				track_remove_key(t);
+			continue;
+		}
+		fresh = p->sent_at;
+		expect_mark = mark;
+		expect_index = p->index;
+		expect_generation = p->generation;
+	}
+	if (fresh != 0)
+	{
+		/* the holds' changes before the time that vouches for them */
+		pg_write_barrier();
+		if ((uint64) fresh > pg_atomic_read_u64(&rlock_shared->track_fresh_at))
+			pg_atomic_write_u64(&rlock_shared->track_fresh_at, (uint64) fresh);
+	}
+	return true;
 }

@@ -281,7 +281,8 @@ static void
 worker_message(RlockConn *conn, const char *channel, int channellen,
 			   const char *payload, int payloadlen)
 {
-	rlock_waiters_message(channel, channellen, payload, payloadlen);
+	if (!rlock_track_message(conn, channel, channellen, payload, payloadlen))
+		rlock_waiters_message(channel, channellen, payload, payloadlen);
 }
 
 static void
@@ -523,6 +524,5 @@ rlock_worker_main(Datum main_arg)
 			timeout = (next <= now) ? 0 : (long) ((next - now + 999) / 1000);
 		}
 		rlock_redis_wait(timeout);
-		rlock_track_pass();
 	}
 }

@@ -70,7 +70,7 @@ typedef struct WorkerCmd
 	RlockConn  *sent_on;		/* the connection it was sent on (a Redis
 								 * Cluster may answer it on another) */
 	uint32		track_epoch;	/* tracking's epoch when it was sent */
-	uint64		track_seq;		/* ... and its invalidations so far */
+	uint64		track_mark;		/* ACQUIRE: its mark (track.c), or 0 */
 	uint32		track_writes;	/* ACQUIRE: commands sent so far that write
 								 * its hold's key, itself included */
 } WorkerCmd;
@@ -318,7 +318,12 @@ extern void rlock_track_reply(RlockConn *conn, WorkerCmd *wc,
 							  const RlockReply *reply);
 extern void rlock_track_invalidated(RlockConn *conn, const RlockReply *keys);
 extern void rlock_track_sending(WorkerCmd *wc);
-extern void rlock_track_granted(RlockConn *conn, WorkerCmd *wc);
-extern void rlock_track_pass(void);
+extern void rlock_track_mark_acquire(RlockConn *conn, WorkerCmd *wc,
+									 RlockArgs *args, bool synced);
+extern void rlock_track_answered(RlockConn *conn, WorkerCmd *wc,
+								 bool granted);
+extern bool rlock_track_message(RlockConn *conn, const char *channel,
+								int channellen, const char *payload,
+								int payloadlen);
 
 #endif							/* RLOCK_WORKER_INT_H */

@@ -6,6 +6,8 @@
 -- ARGV[1]  lease in ms
 -- ARGV[2]  owner ("<uuid>:<n>")
 -- ARGV[3]  hold count to leave (the worker knows it: see kinds/README.md)
+-- ARGV[4]  optional: the worker's channel of marks (worker/track.c)
+-- ARGV[5]  with it: this acquire's mark, published there when it grants
 --
 -- Returns {1, token} when taken; {2, token} when taken although the owner
 -- expected to hold it already and did not (its earlier holds were lost);
@@ -53,9 +55,13 @@ if held or free then
 	redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'write')
 	redis.call('pexpire', KEYS[1], ARGV[1])
 	-- our own write untracked the key: a read tracks it again, so that
-	-- any later change by another client is announced (client-side
-	-- tracking, worker/track.c)
+	-- any later change is announced (client-side tracking), and the mark
+	-- tells the worker where in the announcements that read was; a
+	-- channel the user may not publish on costs the mark, not the lock
 	redis.call('pttl', KEYS[1])
+	if ARGV[5] then
+		redis.pcall('publish', ARGV[4], ARGV[5])
+	end
 	if reentry and not held then
 		return {2, token}
 	end
