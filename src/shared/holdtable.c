@@ -607,7 +607,9 @@ rlock_hold_requeue(int index)
 /*
  * A new worker starts: whatever the last one had on the wire for the
  * entry has an unknown outcome, so its count is restated, and the last
- * one's requests are all answered, so it counts none.  True if the entry
+ * one's requests are all answered, so it counts none.  Nor does it track
+ * the entry's key: it numbers its armings of tracking afresh, and Redis
+ * announces nothing to it of a key the last one read.  True if the entry
  * was put on the ring (or is there already).
  */
 bool
@@ -619,6 +621,7 @@ rlock_hold_recover(int index)
 
 	SpinLockAcquire(&h->mutex);
 	h->worker_refs = 0;
+	h->track_epoch = 0;
 	if (h->in_use &&
 		(h->acquiring || h->unacked > 0 || h->to_release > 0 ||
 		 h->resync || h->queued))
