@@ -38,6 +38,7 @@ use warnings;
 
 use Digest::SHA qw(sha1_hex);
 use IPC::Run ();
+use Time::HiRes ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
@@ -221,13 +222,16 @@ RlockTest::collect($s);
 commit_fails($s, 'tm:reenter', 'the commit fails');
 
 # A forged mark read after the acquire it names was sent, and before
-# Redis ran it: the worker takes the acquire's sending time for the
+# Redis ran it: the worker would take the acquire's sending time for the
 # point up to which it has read every announcement, while the deletion
 # announced behind the forged mark waits in a busy Redis.  gdb stops the
 # worker as it gives that acquire its mark (a worker that the machine
 # did not schedule for a moment); meanwhile the other client publishes
-# the mark it expects, then deletes the lock and keeps Redis busy.
+# the mark it expects, then deletes the lock and keeps Redis busy.  The
+# worker goes on once the deletion is older than the session's window
+# (300 ms), and the COMMIT follows at once.
 $spy->drain(0.05);
+$s->query_safe("SET rlock.verify_window = '300ms'");
 $s->query_safe('BEGIN');
 $s->query_safe("SELECT rlock_try('tm:stalled')");
 $last = mark_of($spy->next_message(5));
@@ -247,7 +251,6 @@ ok( RlockTest::wait_until(
 # a reply on the command connection just now: the commit trusts it
 $u = $node->background_psql('postgres', on_error_stop => 0);
 $u->query_safe("SELECT rlock_is_locked('tm:stalled:probe')");
-
 RlockTest::send_query($t, "SELECT rlock_session_try('tm:stalled:next');");
 ok( RlockTest::wait_until(
 		sub { eval { $gdb->pump_nb }; $gdb_out =~ /Breakpoint 1, / }, 10),
@@ -266,20 +269,26 @@ my $stall = $redis->connect;
 $mon = $redis->monitor;
 $stall->{sock}->print(
 	RlockTest::Resp::encode([ 'DEL', 'tm:stalled' ])
-	  . RlockTest::Resp::encode([ 'EVAL', $busy, 0, 800 ]));
+	  . RlockTest::Resp::encode([ 'EVAL', $busy, 0, 1500 ]));
+my $deleted_at = Time::HiRes::time();
+# not a wait for an outcome: the deletion must be older than the window
+Time::HiRes::sleep(0.4);
 $gdb_in .= "detach\nquit\n";
 ok(RlockTest::wait_until(sub { eval { $gdb->pump_nb }; !$gdb->pumpable }, 10),
 	'the worker goes on');
 $gdb->finish;
+my $age = Time::HiRes::time() - $deleted_at;
 $s->query('COMMIT');
 like($s->{stderr}, qr/lock "tm:stalled" was lost/,
-	'a lock deleted before the acquire that the forged mark names was sent: the commit fails');
+	sprintf('a lock deleted %.2f s before COMMIT, before the acquire the forged mark names was sent: the commit fails', $age));
 $s->{stderr} = '';
+cmp_ok($age, '<', 1.2, 'COMMIT came while Redis was still busy');
 is($stall->read_reply(10), 1, 'the deletion ran');
 is($stall->read_reply(10), 1, 'and Redis was busy behind it');
 is(verifies_since($redis, $mon), 1, 'the commit asked Redis');
 RlockTest::collect($t);
 $t->query_safe("SELECT rlock_session_release('tm:stalled:next')");
+$s->query_safe('RESET rlock.verify_window');
 $u->quit;
 
 #---- another client's tracking redirected to rlock's subscriber ----
