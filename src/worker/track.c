@@ -19,9 +19,12 @@
  * in shared memory with 0 for "not armed".
  *
  * Which announcements came after a hold was read is told by marks.  An
- * acquire sent under tracking carries a number (its mark), and its script,
- * when it grants, reads the key last (tracked again after its own write)
- * and then publishes the mark on the marks channel.  Redis puts the mark
+ * acquire sent under tracking carries a number (its mark) and a random
+ * tag, and its script, when it grants, reads the key last (tracked again
+ * after its own write) and then publishes both on the marks channel.  The
+ * channel's name is no secret (PUBSUB CHANNELS lists it) and anyone may
+ * publish there; a mark counts only with the tag of an acquire on its way,
+ * which nobody else knows before its script has published it.  Redis puts the mark
  * on the subscriber's stream where the script ran: an invalidation of the
  * key before it was for a change before the read, one after it for a
  * change after, with one exception.  The script read the key before it
@@ -92,6 +95,7 @@ typedef struct TrackedKey
 typedef struct PendingMark
 {
 	uint64		mark;
+	uint64		tag;			/* random, published with the mark */
 	int			index;
 	uint32		generation;
 	TimestampTz sent_at;
@@ -599,25 +603,50 @@ track_note_write(int index, uint32 generation)
 }
 
 /*
+ * A random tag for a mark, from a pool filled a few dozen at a time; false
+ * if the system has no randomness to give.
+ */
+static bool
+track_new_tag(uint64 *tag)
+{
+	static uint64 pool[64];
+	static int	left = 0;
+
+	if (left == 0)
+	{
+		if (!pg_strong_random(pool, sizeof(pool)))
+			return false;
+		left = lengthof(pool);
+	}
+	*tag = pool[--left];
+	return true;
+}
+
+/*
  * An acquire of the hold "index" is being built for "conn": give it a
  * mark, if tracking can vouch for what it grants (the kind's script reads
  * its key last and publishes the mark, see kinds.h), in two more
- * arguments: the marks channel and the mark.  Not for an acquisition that
- * replicas must confirm: its grant is not the hold's until they have.
+ * arguments: the marks channel and the mark with its tag ("<mark>:<tag in
+ * 16 hex digits>").  Not for an acquisition that replicas must confirm:
+ * its grant is not the hold's until they have.
  */
 void
 rlock_track_mark_acquire(RlockConn *conn, WorkerCmd *wc, RlockArgs *args,
 						 bool synced)
 {
 	RlockHold  *h = rlock_hold(wc->hold);
+	char		payload[48];
 
 	wc->track_mark = 0;
 	if (epoch == 0 || conn != armed_on || synced ||
-		!rlock_kinds[h->kind]->acquire_rereads)
+		!rlock_kinds[h->kind]->acquire_rereads ||
+		!track_new_tag(&wc->track_tag))
 		return;
 	wc->track_mark = ++mark_sent;
+	snprintf(payload, sizeof(payload), UINT64_FORMAT ":%016" INT64_MODIFIER "x",
+			 wc->track_mark, wc->track_tag);
 	rlock_args_cstr(args, marks_channel);
-	rlock_args_int(args, (int64) wc->track_mark);
+	rlock_args_cstr(args, payload);
 }
 
 /*
@@ -656,6 +685,7 @@ track_pending_push(WorkerCmd *wc)
 	}
 	p = &pending[(pending_head + pending_n) % pending_size];
 	p->mark = wc->track_mark;
+	p->tag = wc->track_tag;
 	p->index = wc->hold;
 	p->generation = rlock_hold(wc->hold)->generation;
 	p->sent_at = GetCurrentTimestamp();
@@ -807,26 +837,67 @@ track_expected_in(const RlockReply *keys)
 }
 
 /*
- * Read a mark's payload: digits only, no more than a uint64 holds.
+ * Read a mark's payload: its number (digits, no more than a uint64 holds),
+ * a colon and its tag in 16 hexadecimal digits.
  */
 static bool
-track_parse_mark(const char *payload, int len, uint64 *mark)
+track_parse_mark(const char *payload, int len, uint64 *mark, uint64 *tag)
 {
 	uint64		v = 0;
-	int			i;
+	int			i = 0;
+	int			digits;
 
-	if (len < 1 || len > 20)
-		return false;
-	for (i = 0; i < len; i++)
+	for (; i < len && payload[i] >= '0' && payload[i] <= '9'; i++)
 	{
-		if (payload[i] < '0' || payload[i] > '9')
-			return false;
 		if (v > (PG_UINT64_MAX - (payload[i] - '0')) / 10)
 			return false;
 		v = v * 10 + (payload[i] - '0');
 	}
+	digits = i;
+	if (digits < 1 || digits > 20 || len != digits + 1 + 16 ||
+		payload[digits] != ':')
+		return false;
 	*mark = v;
+	v = 0;
+	for (i = digits + 1; i < len; i++)
+	{
+		int			d;
+
+		if (payload[i] >= '0' && payload[i] <= '9')
+			d = payload[i] - '0';
+		else if (payload[i] >= 'a' && payload[i] <= 'f')
+			d = payload[i] - 'a' + 10;
+		else
+			return false;
+		v = (v << 4) | d;
+	}
+	*tag = v;
 	return true;
+}
+
+/*
+ * Is "mark" on its way with "tag"?  The marks on their way rise from the
+ * oldest: a binary search.
+ */
+static bool
+track_pending_tagged(uint64 mark, uint64 tag)
+{
+	int			lo = 0;
+	int			hi = pending_n - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+		PendingMark *p = &pending[(pending_head + mid) % pending_size];
+
+		if (p->mark == mark)
+			return p->tag == tag;
+		if (p->mark < mark)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return false;
 }
 
 /*
@@ -840,6 +911,7 @@ rlock_track_message(RlockConn *conn, const char *channel, int channellen,
 					const char *payload, int payloadlen)
 {
 	uint64		mark;
+	uint64		tag;
 	TimestampTz fresh = 0;
 
 	/* nothing but an invalidation comes right behind a mark */
@@ -848,10 +920,17 @@ rlock_track_message(RlockConn *conn, const char *channel, int channellen,
 	if (marks_channel[0] == '\0' || channellen != strlen(marks_channel) ||
 		memcmp(channel, marks_channel, channellen) != 0)
 		return false;
-	/* only marks of ours, in order, on the subscriber armed */
+
+	/*
+	 * Only marks of ours, in order, on the subscriber armed: with the tag
+	 * of an acquire on its way.  Anyone may publish on the channel; a mark
+	 * published before our acquire ran would claim announcements read that
+	 * may still be on their way.
+	 */
 	if (conn != subscribed_on || epoch == 0 ||
-		!track_parse_mark(payload, payloadlen, &mark) ||
-		mark <= mark_seen || mark > mark_sent)
+		!track_parse_mark(payload, payloadlen, &mark, &tag) ||
+		mark <= mark_seen || mark > mark_sent ||
+		!track_pending_tagged(mark, tag))
 		return true;
 	mark_seen = mark;
 	while (pending_n > 0 && pending[pending_head].mark <= mark)

@@ -71,6 +71,7 @@ typedef struct WorkerCmd
 								 * Cluster may answer it on another) */
 	uint32		track_epoch;	/* tracking's epoch when it was sent */
 	uint64		track_mark;		/* ACQUIRE: its mark (track.c), or 0 */
+	uint64		track_tag;		/* ACQUIRE: its mark's random tag */
 	uint32		track_writes;	/* ACQUIRE: commands sent so far that write
 								 * its hold's key, itself included */
 } WorkerCmd;
