@@ -34,7 +34,9 @@ $s->query_safe('\set VERBOSITY verbose');
 
 # Run $sql while Redis sleeps for a second; returns its output and error
 # output, and the scripts Redis ran meanwhile for $key, each as
-# [client address, hold count asked for, 'acquire' or 'release'].
+# [client address, hold count asked for, 'acquire' or 'release'].  An
+# acquire's count follows its keys, the lease and the owner; a mark for
+# client-side tracking may come after it.
 sub while_redis_sleeps
 {
 	my ($sql, $key) = @_;
@@ -56,7 +58,7 @@ sub while_redis_sleeps
 		push @ran,
 		  $a[-1] eq 'PUBLISH'
 		  ? [ $client, $a[5], 'release' ]
-		  : [ $client, $a[-1], 'acquire' ];
+		  : [ $client, $a[ 4 + $a[1] ], 'acquire' ];
 	}
 	return ($out, $err, \@ran);
 }

@@ -32,7 +32,9 @@ sub session
 }
 
 # Scripts Redis ran for $key, from the MONITOR lines in @lines, each as
-# [client address, hold count asked for, 'acquire' or 'release'].
+# [client address, hold count asked for, 'acquire' or 'release'].  An
+# acquire's count follows its keys, the lease and the owner; a mark for
+# client-side tracking may come after it.
 sub scripts_for
 {
 	my ($key, @lines) = @_;
@@ -45,7 +47,7 @@ sub scripts_for
 		push @ran,
 		  $a[-1] eq 'PUBLISH'
 		  ? [ $client, $a[5], 'release' ]
-		  : [ $client, $a[-1], 'acquire' ];
+		  : [ $client, $a[ 4 + $a[1] ], 'acquire' ];
 	}
 	return @ran;
 }
