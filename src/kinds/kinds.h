@@ -161,7 +161,7 @@ typedef struct RlockKindMethod
 	 * reads the hold's key before and after its writes, under the name
 	 * the hold has, so that Redis announces any later change of it, and
 	 * then publishes the mark the worker adds as two more arguments
-	 * (channel, mark).  Left false, the kind's holds are never vouched
+	 * (channel, mark: a string published as it is).  Left false, the kind's holds are never vouched
 	 * for without asking.
 	 */
 	bool		acquire_rereads;

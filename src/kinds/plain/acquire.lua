@@ -7,7 +7,8 @@
 -- ARGV[2]  owner ("<uuid>:<n>")
 -- ARGV[3]  hold count to leave (the worker knows it: see kinds/README.md)
 -- ARGV[4]  optional: the worker's channel of marks (worker/track.c)
--- ARGV[5]  with it: this acquire's mark, published there when it grants
+-- ARGV[5]  with it: this acquire's mark (a number and a random tag),
+--          published there as it is when it grants
 --
 -- Returns {1, token} when taken; {2, token} when taken although the owner
 -- expected to hold it already and did not (its earlier holds were lost);
