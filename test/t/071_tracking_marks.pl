@@ -15,7 +15,8 @@
 #   as a machine that did not schedule it for a moment would), then the
 #   lock deleted and Redis put to sleep: the worker read the forged mark
 #   after sending the acquire, and took that sending time for the point
-#   up to which it had read every announcement (failed on rev26);
+#   up to which it had read every announcement (failed on rev26); and a
+#   flood of 100,000 forged marks (the worker stays and idles);
 # - another client that redirects its own tracking to rlock's subscriber
 #   (plain and BCAST), so that invalidations of the lock's key that are
 #   not rlock's arrive around its marks;
@@ -284,6 +285,35 @@ RlockTest::collect($t);
 $t->query_safe("SELECT rlock_session_release('tm:stalled:next')");
 $s->query_safe('RESET rlock.verify_window');
 $u->quit;
+
+# A flood of forged marks: the worker stays, idles a moment later, and
+# still catches a deleted lock.
+sub worker_cpu
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return 0;
+	my @f = split / /, scalar <$fh>;
+	return $f[13] + $f[14];    # utime + stime, in clock ticks
+}
+$worker = RlockTest::worker_pid($node);
+my $flood = q{
+	for i = 1, tonumber(ARGV[2]) do
+		redis.call('publish', KEYS[1], (ARGV[1] + i % 7) .. ':' .. string.format('%016x', i))
+	end
+	return 1
+};
+$redis->cmd('EVAL', $flood, 1, $channel, $last, 100000);
+$t->query_safe("SELECT rlock_session_try('tm:flood:after')");
+my $cpu = worker_cpu($worker);
+Time::HiRes::sleep(1);
+cmp_ok(worker_cpu($worker) - $cpu, '<', 20,
+	'after 100,000 forged marks the worker is idle a moment later');
+$s->query_safe('BEGIN');
+$s->query_safe("SELECT rlock_try('tm:flood')");
+$redis->cmd('DEL', 'tm:flood');
+commit_fails($s, 'tm:flood', 'and a deleted lock fails the commit');
+is(RlockTest::worker_pid($node), $worker, 'the same worker throughout');
+$t->query_safe("SELECT rlock_session_release('tm:flood:after')");
 
 #---- another client's tracking redirected to rlock's subscriber ----
 
