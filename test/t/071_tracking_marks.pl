@@ -33,6 +33,11 @@
 # Each deletion is made at least 100 ms before COMMIT with a window of
 # 1 s: the worker has by then read what Redis announced, so a commit that
 # succeeds trusted a lock Redis told it was gone, or never told it of.
+# The forged mark with Redis asleep is the exception: nothing is
+# announced until Redis wakes, and the deletion is older than the
+# session's window of 300 ms when the COMMIT is sent.  Run it on Redis
+# 7.0, Redis 8 and Valkey 8 (each server's redis-server first in PATH):
+# they differ in which keys a script's reads have tracked.
 
 use strict;
 use warnings;
