@@ -383,6 +383,7 @@ rlock_redis_wait(long timeout_ms)
 {
 	int			nevents;
 	int			i;
+	int			pass;
 
 	for (i = 0; i < rlock_conn_count(); i++)
 	{
@@ -393,19 +394,30 @@ rlock_redis_wait(long timeout_ms)
 	nevents = WaitEventSetWait(wait_set, timeout_ms, events_out,
 							   max_events,
 							   rlock_wait_event(&wait_event, "RlockWorkerMain"));
-	for (i = 0; i < nevents; i++)
+	/*
+	 * Subscribers first: what Redis publishes while it runs a command (a
+	 * tracking mark, worker/track.c) it writes before that command's
+	 * reply, and a session answered before the worker read it may reach
+	 * its commit too early to be vouched for.
+	 */
+	for (pass = 0; pass < 2; pass++)
 	{
-		RlockConn  *conn = (RlockConn *) events_out[i].user_data;
-
-		if (events_out[i].events & WL_LATCH_SET)
+		for (i = 0; i < nevents; i++)
 		{
-			ResetLatch(MyLatch);
-			continue;
+			RlockConn  *conn = (RlockConn *) events_out[i].user_data;
+
+			if (events_out[i].events & WL_LATCH_SET)
+			{
+				if (pass == 0)
+					ResetLatch(MyLatch);
+				continue;
+			}
+			if (conn == NULL || conn->pos != events_out[i].pos ||
+				conn->failed || conn->subscriber != (pass == 0))
+				continue;
+			conn->woke = true;
+			rlock_conn_io(conn);
 		}
-		if (conn == NULL || conn->pos != events_out[i].pos || conn->failed)
-			continue;
-		conn->woke = true;
-		rlock_conn_io(conn);
 	}
 
 	/*
