@@ -43,6 +43,9 @@
 /* the command connection's ROLE, while it looks out for replicas */
 #define RLOCK_ROLE_LOOKOUT_MS	10000
 
+/* read the subscribers again at the end of this pass */
+static bool subscribers_wanted = false;
+
 static WaitEventSet *wait_set = NULL;
 static uint64 wait_set_version = 0; /* rlock_conn_sockets_version() then */
 
@@ -375,6 +378,16 @@ loop_prepare_wait_set(void)
 }
 
 /*
+ * Ask the loop to read the subscribers again after the command
+ * connections in this pass (rlock_redis_wait).
+ */
+void
+rlock_redis_want_subscribers(void)
+{
+	subscribers_wanted = true;
+}
+
+/*
  * Sleep until the latch is set, a socket is ready or timeout_ms passes
  * (-1: no timeout), then move the connections whose sockets are ready.
  */
@@ -417,6 +430,27 @@ rlock_redis_wait(long timeout_ms)
 				continue;
 			conn->woke = true;
 			rlock_conn_io(conn);
+		}
+	}
+
+	/*
+	 * A reply read above waits for a push its subscriber has probably got
+	 * by now (Redis may write the reply first): read the subscribers once
+	 * more before the sessions answered get far.
+	 */
+	if (subscribers_wanted)
+	{
+		subscribers_wanted = false;
+		for (i = 0; i < rlock_conn_count(); i++)
+		{
+			RlockConn  *conn = rlock_conn_at(i);
+
+			if (conn->subscriber && !conn->failed &&
+				conn->state == RLOCK_CONN_READY)
+			{
+				conn->woke = true;
+				rlock_conn_io(conn);
+			}
 		}
 	}
 
