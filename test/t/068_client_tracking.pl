@@ -1,7 +1,8 @@
 # The check before commit without a round trip: with rlock.verify_at_commit
 # = on (the default), Redis tracks the key of every lock the worker was
-# granted (CLIENT TRACKING ... REDIRECT to the subscriber, NOLOOP) and
-# announces any change another client makes.  A commit whose locks nobody
+# granted (CLIENT TRACKING ... REDIRECT to the subscriber), announces any
+# change of it, and each granting acquire publishes a mark that places the
+# announcements.  A commit whose locks nobody
 # changed does without the verify script; a lock deleted, expired,
 # flushed or force-released before COMMIT still fails it with 40001,
 # after a verify round trip that the announcement asked for.  Where
