@@ -43,6 +43,9 @@
 /* the command connection's ROLE, while it looks out for replicas */
 #define RLOCK_ROLE_LOOKOUT_MS	10000
 
+/* read the subscribers again at the end of this pass */
+static bool subscribers_wanted = false;
+
 static WaitEventSet *wait_set = NULL;
 static uint64 wait_set_version = 0; /* rlock_conn_sockets_version() then */
 
@@ -375,6 +378,16 @@ loop_prepare_wait_set(void)
 }
 
 /*
+ * Ask the loop to read the subscribers again after the command
+ * connections in this pass (rlock_redis_wait).
+ */
+void
+rlock_redis_want_subscribers(void)
+{
+	subscribers_wanted = true;
+}
+
+/*
  * Sleep until the latch is set, a socket is ready or timeout_ms passes
  * (-1: no timeout), then move the connections whose sockets are ready.
  */
@@ -383,6 +396,7 @@ rlock_redis_wait(long timeout_ms)
 {
 	int			nevents;
 	int			i;
+	int			pass;
 
 	for (i = 0; i < rlock_conn_count(); i++)
 	{
@@ -393,19 +407,51 @@ rlock_redis_wait(long timeout_ms)
 	nevents = WaitEventSetWait(wait_set, timeout_ms, events_out,
 							   max_events,
 							   rlock_wait_event(&wait_event, "RlockWorkerMain"));
-	for (i = 0; i < nevents; i++)
+	/*
+	 * Subscribers first: what Redis publishes while it runs a command (a
+	 * tracking mark, worker/track.c) it writes before that command's
+	 * reply, and a session answered before the worker read it may reach
+	 * its commit too early to be vouched for.
+	 */
+	for (pass = 0; pass < 2; pass++)
 	{
-		RlockConn  *conn = (RlockConn *) events_out[i].user_data;
-
-		if (events_out[i].events & WL_LATCH_SET)
+		for (i = 0; i < nevents; i++)
 		{
-			ResetLatch(MyLatch);
-			continue;
+			RlockConn  *conn = (RlockConn *) events_out[i].user_data;
+
+			if (events_out[i].events & WL_LATCH_SET)
+			{
+				if (pass == 0)
+					ResetLatch(MyLatch);
+				continue;
+			}
+			if (conn == NULL || conn->pos != events_out[i].pos ||
+				conn->failed || conn->subscriber != (pass == 0))
+				continue;
+			conn->woke = true;
+			rlock_conn_io(conn);
 		}
-		if (conn == NULL || conn->pos != events_out[i].pos || conn->failed)
-			continue;
-		conn->woke = true;
-		rlock_conn_io(conn);
+	}
+
+	/*
+	 * A reply read above waits for a push its subscriber has probably got
+	 * by now (Redis may write the reply first): read the subscribers once
+	 * more before the sessions answered get far.
+	 */
+	if (subscribers_wanted)
+	{
+		subscribers_wanted = false;
+		for (i = 0; i < rlock_conn_count(); i++)
+		{
+			RlockConn  *conn = rlock_conn_at(i);
+
+			if (conn->subscriber && !conn->failed &&
+				conn->state == RLOCK_CONN_READY)
+			{
+				conn->woke = true;
+				rlock_conn_io(conn);
+			}
+		}
 	}
 
 	/*

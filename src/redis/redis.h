@@ -233,6 +233,7 @@ extern int64 rlock_redis_redirect_id(RlockConn *command);
 extern bool rlock_redis_cluster(void);
 extern RlockConn *rlock_redis_route(const char *key, int keylen);
 extern RlockConn *rlock_redis_subscriber_for(const char *channel, int len);
+extern void rlock_redis_want_subscribers(void);
 extern int	rlock_redis_pubsub(void);
 extern const char *rlock_redis_route_note(RlockConn *conn);
 extern bool rlock_conn_is_subscriber(RlockConn *conn);

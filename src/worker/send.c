@@ -488,7 +488,11 @@ worker_retry(int slot, const char *key, int keylen)
 
 /*
  * A waiting request of "key" should try at "at" at the latest (a line
- * holding back for other clients).  False if it was not waiting.
+ * holding back for other clients).  False if it was not waiting.  The
+ * lock is free and nobody else of the line will try: the request counts
+ * as woken, so that if it ends before its try (cancelled, its wait over
+ * first) it passes the try on, rather than leave the line asleep until
+ * its timers, the lease of the lock it waited for, run out.
  */
 bool
 worker_retry_at(int slot, const char *key, int keylen, TimestampTz at)
@@ -497,6 +501,7 @@ worker_retry_at(int slot, const char *key, int keylen, TimestampTz at)
 
 	if (!worker_waiting(slot, key, keylen))
 		return false;
+	req->woken = true;
 	if (req->args.wait_until != 0)
 		at = Min(at, req->args.wait_until);
 	if (req->timer_at == 0 || at < req->timer_at)

@@ -781,6 +781,8 @@ rlock_track_answered(RlockConn *conn, WorkerCmd *wc, bool granted)
 	t->holds[i].granted = true;
 	if (t->holds[i].marked)
 		track_arm_hold(&t->holds[i]);
+	else
+		rlock_redis_want_subscribers();
 }
 
 /*

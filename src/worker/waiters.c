@@ -641,7 +641,8 @@ rlock_waiters_hand_off(RlockKind kind, const char *key, int keylen, int n)
 		g->run = 0;				/* freed for everyone */
 		return 0;
 	}
-	g->run++;
+	if (g->run < INT_MAX)
+		g->run++;
 	/*
 	 * The release's own unlock message is let pass as an echo: the woken
 	 * waiter's try follows the release on the same connection, or, synced

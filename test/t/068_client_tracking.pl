@@ -1,7 +1,8 @@
 # The check before commit without a round trip: with rlock.verify_at_commit
 # = on (the default), Redis tracks the key of every lock the worker was
-# granted (CLIENT TRACKING ... REDIRECT to the subscriber, NOLOOP) and
-# announces any change another client makes.  A commit whose locks nobody
+# granted (CLIENT TRACKING ... REDIRECT to the subscriber), announces any
+# change of it, and each granting acquire publishes a mark that places the
+# announcements.  A commit whose locks nobody
 # changed does without the verify script; a lock deleted, expired,
 # flushed or force-released before COMMIT still fails it with 40001,
 # after a verify round trip that the announcement asked for.  Where
@@ -17,9 +18,11 @@ use RlockTest;
 
 my $redis = RlockTest::Redis->start;
 # a window long enough that a psql round trip between the lock and the
-# COMMIT does not make the check fall back (the default is 1 ms)
+# COMMIT does not make the check fall back (the default is 1 ms); the
+# watchdog's batch renews every lock it finds, which untracks it (its
+# commit asks), so its period is made longer than this test
 my $node = RlockTest::node('tracking', $redis,
-	conf => ["rlock.verify_window = '1s'"]);
+	conf => [ "rlock.verify_window = '1s'", "rlock.watchdog_timeout = '10min'" ]);
 ok(RlockTest::wait_for_redis($node, 15), 'rlock is connected');
 
 my $verify_sha = sha1_hex(RlockTest::script_text(
@@ -75,6 +78,20 @@ sub verifies_since
 
 my $s = $node->background_psql('postgres', on_error_stop => 0);
 
+# Does one of three runs of $txn (given the try's number) commit without a
+# verify?  One run may ask for the race told above twenty commits below.
+sub vouched_once
+{
+	my ($txn) = @_;
+	for my $try (1 .. 3)
+	{
+		verifies_since();
+		$txn->($try);
+		return 1 if verifies_since() == 0;
+	}
+	return 0;
+}
+
 # Transactions with one fresh lock each: no verify at all.
 verifies_since();
 for my $i (1 .. 20)
@@ -83,7 +100,12 @@ for my $i (1 .. 20)
 	$s->query_safe("SELECT rlock_try('tr:plain:$i')");
 	$s->query_safe('COMMIT');
 }
-is(verifies_since(), 0, 'twenty commits of untouched locks sent no verify');
+# Redis writes a grant's reply and its mark on two sockets, the reply
+# maybe first: on a loaded machine a session can reach its COMMIT before
+# the worker read the mark, and that commit asks.  Vouching that did not
+# work would ask at all twenty.
+cmp_ok(verifies_since(), '<=', 2,
+	'twenty commits of untouched locks: no more than two sent a verify');
 is($s->{stderr}, '', 'and all committed');
 
 # A change another client makes before COMMIT fails it, by each way a lock
@@ -128,14 +150,16 @@ ok(tracking_armed(), 'tracking is on again after FLUSHALL');
 
 # The verify after an announcement tracks nothing: the next transaction's
 # fresh lock is vouched again.
-verifies_since();
-$s->query_safe('BEGIN');
-$s->query_safe("SELECT rlock_try('tr:after')");
-$s->query_safe('COMMIT');
-is(verifies_since(), 0, 'a fresh lock after all that commits without a verify');
+ok(vouched_once(sub {
+			my $try = shift;
+			$s->query_safe('BEGIN');
+			$s->query_safe("SELECT rlock_try('tr:after:$try')");
+			$s->query_safe('COMMIT');
+		}),
+	'a fresh lock after all that commits without a verify');
 
 # A forced release from SQL of the same instance goes on the worker's own
-# connection (NOLOOP: no announcement); the worker marks the hold lost.
+# connection; the worker marks the hold lost (and Redis announces it).
 $s->query_safe('BEGIN');
 $s->query_safe("SELECT rlock_try('tr:forced')");
 $node->safe_psql('postgres', "SELECT rlock_force_release('tr:forced')");
@@ -148,11 +172,12 @@ $s->{stderr} = '';
 # transaction-scoped lock on a key the session holds too is confirmed by
 # the acquire that counts it up, and vouched.
 $s->query_safe("SELECT rlock_session_try('tr:session')");
-verifies_since();
-$s->query_safe('BEGIN');
-$s->query_safe("SELECT rlock_try('tr:session')");
-$s->query_safe('COMMIT');
-is(verifies_since(), 0, 'a reentrant transaction-scoped lock is vouched');
+ok(vouched_once(sub {
+			$s->query_safe('BEGIN');
+			$s->query_safe("SELECT rlock_try('tr:session')");
+			$s->query_safe('COMMIT');
+		}),
+	'a reentrant transaction-scoped lock is vouched');
 $s->query_safe("SELECT rlock_session_release('tr:session')");
 
 # Fallbacks: each asks Redis at commit.

@@ -6,8 +6,9 @@
 # relay that delays or loses one connection's bytes as a network would.
 #
 # - a lock evicted under maxmemory by a command of rlock's own command
-#   connection (NOLOOP: Redis announces nothing to the client whose
-#   command made the change, and the eviction runs in that command);
+#   connection (with NOLOOP, which rlock does not use, Redis would
+#   announce nothing to the client whose command made the change, and the
+#   eviction runs in that command);
 # - the same with keys dropped from Redis's tracking table
 #   (tracking-table-max-keys) in a command of rlock's;
 # - a renewal sent behind a re-entering acquire of the same lock: the
