@@ -643,8 +643,8 @@ rlock_track_mark_acquire(RlockConn *conn, WorkerCmd *wc, RlockArgs *args,
 		!track_new_tag(&wc->track_tag))
 		return;
 	wc->track_mark = ++mark_sent;
-	snprintf(payload, sizeof(payload), UINT64_FORMAT ":%016" INT64_MODIFIER "x",
-			 wc->track_mark, wc->track_tag);
+	snprintf(payload, sizeof(payload), UINT64_FORMAT ":%016llx",
+			 wc->track_mark, (unsigned long long) wc->track_tag);
 	rlock_args_cstr(args, marks_channel);
 	rlock_args_cstr(args, payload);
 }
