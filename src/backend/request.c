@@ -346,15 +346,21 @@ rlock_request(const RlockRequest *req, int64 *value)
 	PG_CATCH();
 	{
 		if (timer)
-			disable_timeout(LOCK_TIMEOUT, false);
+			disable_timeout(LOCK_TIMEOUT, true);
 		rlock_abandon_request();
 		rlock_ps_waiting(false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
+	/*
+	 * Keep the timeout's indicator, as ProcSleep does: a lock_timeout that
+	 * fired as the answer came has set QueryCancelPending already, and the
+	 * cancel must be reported as a lock timeout (55P03), not as a cancel
+	 * by the user (57014).
+	 */
 	if (timer)
-		disable_timeout(LOCK_TIMEOUT, false);
+		disable_timeout(LOCK_TIMEOUT, true);
 	rlock_ps_waiting(false);
 	return status;
 }
