@@ -613,7 +613,13 @@ rlock_waiters_heard(RlockKind kind, const char *key, int keylen, int heard)
 
 	if (g == NULL || heard < 0)
 		return;
-	own = (g->state == SUB_SUBSCRIBED) ? waiters_echo_weight(g) : 0;
+	/*
+	 * A subscription still to be confirmed may have been counted already:
+	 * counted as ours, so that no line is held back for itself (at worst
+	 * one other listener is missed until the confirmation).
+	 */
+	own = (g->state == SUB_SUBSCRIBED || g->state == SUB_SUBSCRIBING) ?
+		waiters_echo_weight(g) : 0;
 	g->others = heard > own;
 }
 
