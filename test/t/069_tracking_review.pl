@@ -39,6 +39,7 @@ use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::Tracking qw(command_field armed commit_fails);
 use RlockTest::Hostile;
 use RlockTest::Proxy;
 
@@ -50,49 +51,12 @@ my $acquire_sha = sha1_hex(RlockTest::script_text(
 my $renew_sha = sha1_hex(RlockTest::script_text(
 		($ENV{TESTDIR} // '.') . '/src/kinds/plain/renew.lua'));
 
-# What CLIENT LIST says of rlock's command connection on $redis: its
-# flags, and the client its invalidations go to
-sub command_field
-{
-	my ($redis, $field) = @_;
-	my ($line) = grep { / name=rlock_command / } split /\n/,
-	  $redis->cmd('CLIENT', 'LIST');
-	return defined $line && $line =~ / \Q$field\E=(\S+)/ ? $1 : '';
-}
-
-# Tracking is on, redirected to the subscriber rlock has now
-sub tracking_to_subscriber
-{
-	my ($redis) = @_;
-	my $sub = $redis->client_id('rlock_subscriber') // -2;
-	return command_field($redis, 'flags') =~ /t/
-	  && command_field($redis, 'redir') eq $sub;
-}
-
-sub armed
-{
-	my ($redis) = @_;
-	return RlockTest::wait_until(sub { tracking_to_subscriber($redis) }, 15);
-}
-
 # Does the subscriber $id of $redis follow the invalidation channel?
 sub subscribed
 {
 	my ($redis, $id) = @_;
 	my ($line) = grep { /^id=\Q$id\E / } split /\n/, $redis->cmd('CLIENT', 'LIST');
 	return defined $line && $line =~ / sub=([1-9]\d*) /;
-}
-
-# A commit of $s that must fail because $key was lost, 100 ms after the
-# change (as in test 068: an announcement that arrives is handled by then)
-sub commit_fails
-{
-	my ($s, $key, $what) = @_;
-	$s->query_safe('SELECT pg_sleep(0.1)');
-	$s->query('COMMIT');
-	my $ok = like($s->{stderr}, qr/lock "\Q$key\E" was lost/, $what);
-	$s->{stderr} = '';
-	return $ok;
 }
 
 #---- evicted by a command of rlock's own ----

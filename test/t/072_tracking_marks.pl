@@ -48,6 +48,7 @@ use Time::HiRes ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::Tracking qw(command_field armed commit_fails);
 use RlockTest::Proxy;
 
 plan skip_all => 'the relay reads the plain protocol: not over TLS'
@@ -59,40 +60,6 @@ my $renew_sha = sha1_hex(RlockTest::script_text(
 		($ENV{TESTDIR} // '.') . '/src/kinds/plain/renew.lua'));
 my $verify_sha = sha1_hex(RlockTest::script_text(
 		($ENV{TESTDIR} // '.') . '/src/kinds/plain/verify.lua'));
-
-# What CLIENT LIST says of rlock's command connection on $redis
-sub command_field
-{
-	my ($redis, $field) = @_;
-	my ($line) = grep { / name=rlock_command / } split /\n/,
-	  $redis->cmd('CLIENT', 'LIST');
-	return defined $line && $line =~ / \Q$field\E=(\S+)/ ? $1 : '';
-}
-
-# Tracking is on, redirected to the subscriber rlock has now
-sub armed
-{
-	my ($redis) = @_;
-	return RlockTest::wait_until(
-		sub {
-			my $sub = $redis->client_id('rlock_subscriber') // -2;
-			command_field($redis, 'flags') =~ /t/
-			  && command_field($redis, 'redir') eq $sub;
-		},
-		15);
-}
-
-# A commit of $s that must fail because $key was lost, 100 ms after the
-# change (an announcement that arrives is handled by then)
-sub commit_fails
-{
-	my ($s, $key, $what) = @_;
-	$s->query_safe('SELECT pg_sleep(0.1)');
-	$s->query('COMMIT');
-	my $ok = like($s->{stderr}, qr/lock "\Q$key\E" was lost/, $what);
-	$s->{stderr} = '';
-	return $ok;
-}
 
 # The number of a mark that a subscriber to the channel of marks read
 sub mark_of
