@@ -175,6 +175,17 @@ track_drop_hold(TrackedKey *t, int i)
 }
 
 /*
+ * Drop the hold at "i" of a key's entry, and the key with its last hold.
+ */
+static void
+track_give_up(TrackedKey *t, int i)
+{
+	track_drop_hold(t, i);
+	if (t->n == 0)
+		track_remove_key(t);
+}
+
+/*
  * Forget every hold under tracking, and every mark on its way: the keys
  * stay untracked on this side until acquires track them again.
  */
@@ -310,9 +321,7 @@ track_forget_hold(int index, uint32 generation)
 	int			i = track_find_hold(t, index, generation, 0);
 
 	if (i >= 0)
-		track_drop_hold(t, i);
-	if (t != NULL && t->n == 0)
-		track_remove_key(t);
+		track_give_up(t, i);
 }
 
 static void
@@ -773,9 +782,7 @@ rlock_track_answered(RlockConn *conn, WorkerCmd *wc, bool granted)
 		conn != armed_on || wc->sent_on != armed_on ||
 		hold_writes[wc->hold] != wc->track_writes)
 	{
-		track_drop_hold(t, i);
-		if (t->n == 0)
-			track_remove_key(t);
+		track_give_up(t, i);
 		return;
 	}
 	t->holds[i].granted = true;
@@ -806,9 +813,7 @@ track_expectation(bool met)
 		return;
 	if (!met)
 	{
-		track_drop_hold(t, i);
-		if (t->n == 0)
-			track_remove_key(t);
+		track_give_up(t, i);
 		return;
 	}
 	t->holds[i].marked = true;
@@ -949,9 +954,7 @@ rlock_track_message(RlockConn *conn, const char *channel, int channellen,
 		if (p->mark < mark)
 		{
 			/* its script published nothing: never vouched for */
-			track_drop_hold(t, i);
-			if (t->n == 0)
-				track_remove_key(t);
+			track_give_up(t, i);
 			continue;
 		}
 		fresh = p->sent_at;
