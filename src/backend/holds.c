@@ -616,6 +616,10 @@ rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
 	req.args.kind = lh ? lh->tag.kind : 0;
 	req.args.mode = lh ? lh->tag.mode : 0;
 	req.args.session = session;
+	req.args.checked = (op == RLOCK_OP_ACQUIRE && !session &&
+						rlock_verify_at_commit != RLOCK_VERIFY_OFF);
+	if (op == RLOCK_OP_VERIFY && rlock_verify_at_commit == RLOCK_VERIFY_ON)
+		req.args.fresh_after = rlock_fresh_after(GetCurrentTimestamp());
 	req.args.hold = lh ? lh->hold : -1;
 	req.args.hold_generation = lh ? lh->generation : 0;
 	req.args.wait_until = wait_until;

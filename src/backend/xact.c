@@ -91,69 +91,39 @@ rlock_note_xact_loss(LocalHold *lh, SubTransactionId subid)
 
 /*
  * Does what Redis last said of every transaction-scoped hold vouch for it
- * at this commit?  It does if Redis confirmed the hold on the current
- * command connection (so no restart or failover came between, as far as
- * a connection that answered in the last second shows) with a lease that
- * ends more than rlock.verify_margin from now, nothing queued for it may
- * shorten that lease, and the worker has seen nothing wrong with it
- * since.  Asking Redis again could then only catch someone removing the
- * lock by hand: enough for "lease".  For "on" ("tracked"), Redis must
- * also have tracked each hold's key since it confirmed the hold (worker/
- * track.c), so that any change by anyone would have been announced, and
- * the worker must have handled the announcements of changes made up to
- * rlock.verify_window ago.
+ * at this commit (shared/vouch.c)?  It does if Redis confirmed the hold
+ * on the current command connection (so no restart or failover came
+ * between, as far as a connection that answered in the last second
+ * shows) with a lease that ends more than rlock.verify_margin from now,
+ * nothing queued or on the wire for it may change it, and the worker has
+ * seen nothing wrong with it since.  Asking Redis again could then only
+ * catch someone removing the lock by hand: enough for "lease".  For "on"
+ * ("tracked"), Redis must also have tracked each hold's key since it
+ * confirmed the hold (worker/track.c), so that any change by anyone would
+ * have been announced, and the worker must have handled the announcements
+ * of changes made up to rlock.verify_window ago.  A hold handed over
+ * without waiting for Redis is on the wire ("acquiring") until the
+ * transfer's reply: its commit asks, and the worker answers once that
+ * reply is in (worker/send.c).
  */
 static bool
 rlock_xact_holds_vouched(bool tracked)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz enough = TimestampTzPlusMilliseconds(now, rlock_verify_margin);
-	uint32		epoch = pg_atomic_read_u32(&rlock_shared->cmd_epoch);
-	uint32		track_epoch = 0;
-	TimestampTz reply_at;
+	uint32		track_epoch;
 	dlist_iter	iter;
 
-	/*
-	 * With "on", only client-side tracking vouches: armed, and the worker
-	 * has handled every announcement of a change Redis made up to
-	 * rlock.verify_window ago.  That is read before the holds, which the
-	 * worker changes before it moves track_fresh_at.
-	 */
-	if (tracked)
-	{
-		TimestampTz fresh_at;
-
-		if (rlock_verify_window <= 0)
-			return false;
-		track_epoch = pg_atomic_read_u32(&rlock_shared->track_epoch);
-		fresh_at = (TimestampTz) pg_atomic_read_u64(&rlock_shared->track_fresh_at);
-		pg_read_barrier();
-		if (track_epoch == 0 ||
-			fresh_at < now - (int64) rlock_verify_window * 1000)
-			return false;
-	}
-
-	/*
-	 * A connection that died without a word (a host gone, a partition)
-	 * looks open until a command times out: trust it only while Redis
-	 * answers on it, within a second or rlock.command_timeout.
-	 */
-	reply_at = (TimestampTz) pg_atomic_read_u64(&rlock_shared->cmd_reply_at);
-	if (now - reply_at > (int64) Min(rlock_command_timeout, 1000) * 1000)
+	if (!rlock_vouching(now, tracked, rlock_fresh_after(now), &track_epoch))
 		return false;
-
 	dlist_foreach(iter, &rlock_xact_holds)
 	{
 		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
 		RlockHold	h;
 
 		rlock_hold_read(lh->hold, &h);
-		/* a release queued or on the wire may still shorten the lease */
 		if (!rlock_hold_is_current(&h, lh->generation) ||
-			h.lost || h.resync || h.acquiring || h.queued ||
-			h.to_release != 0 || h.unacked != 0 || h.count <= 0 ||
-			h.epoch != epoch || h.expires_at <= enough ||
-			(tracked && h.track_epoch != track_epoch))
+			!rlock_hold_vouches_now(&h, track_epoch, enough))
 			return false;
 	}
 	return true;

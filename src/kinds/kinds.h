@@ -165,6 +165,24 @@ typedef struct RlockKindMethod
 	 * for without asking.
 	 */
 	bool		acquire_rereads;
+
+	/*
+	 * Optional (NULL: never): hand a lock a release of "from" would free
+	 * straight to "to", who is left holding "amount" with a lease, in one
+	 * command that leaves the key held throughout and publishes nothing
+	 * (worker/releases.c).  Its script follows acquire_rereads's rules for
+	 * the taker and publishes the mark the worker adds as two more
+	 * arguments.  Never used in a Redis Cluster.
+	 */
+	void		(*transfer) (RlockArgs *args, RlockCmd *cmd,
+							 const RlockKindHold *from,
+							 const RlockKindHold *to, RlockAmount amount,
+							 int64 lease_ms);
+	/* whether the lock changed hands (false: "from" held nothing, and
+	 * nothing changed), and in *heard how many clients listen on the
+	 * key's channel (-1: not known); false if the reply means nothing */
+	bool		(*transfer_result) (const RlockReply *reply, bool *moved,
+									int *heard);
 } RlockKindMethod;
 
 /* every kind's methods (shared.h's list names them), and the table */

@@ -109,6 +109,13 @@ typedef struct RlockRequestArgs
 	uint8		mode;			/* the kind's mode; 0 for a kind without */
 	bool		want_token;		/* ACQUIRE: count a fencing token */
 	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	bool		checked;		/* ACQUIRE: the commit checks the hold
+								 * (transaction-scoped, a check before
+								 * commit that is not off) */
+	TimestampTz fresh_after;	/* VERIFY: the worker may answer without
+								 * asking Redis if tracking vouches for
+								 * every hold and it handled the
+								 * announcements up to this; 0: it asks */
 	uint64		owner_id;		/* the requesting session's owner number */
 	int			hold;			/* hold entry, or -1 */
 	uint32		hold_generation;	/* of that entry, as the backend knows it */
@@ -438,6 +445,15 @@ extern bool rlock_hold_extend(int index, uint32 generation,
 							  TimestampTz expires, bool extend_only);
 extern void rlock_hold_track(int index, uint32 generation, uint32 epoch);
 extern void rlock_hold_untrack(int index, uint32 generation);
+
+/* vouch.c: may Redis's last word on holds stand for asking again */
+extern TimestampTz rlock_fresh_after(TimestampTz now);
+extern bool rlock_vouching(TimestampTz now, bool tracked,
+						   TimestampTz fresh_after, uint32 *track_epoch);
+extern bool rlock_hold_vouches(const RlockHold *h, uint32 track_epoch,
+							   TimestampTz enough);
+extern bool rlock_hold_vouches_now(const RlockHold *h, uint32 track_epoch,
+								   TimestampTz enough);
 
 /* stats.c: counters, latencies and the worker's status */
 extern void rlock_stats_init(void);

@@ -190,11 +190,17 @@ worker_send_release(int index, int32 target, int64 lease_ms)
 {
 	RlockHold  *h = rlock_hold(index);
 	const RlockKindMethod *kind = rlock_kinds[h->kind];
-	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_RELEASE);
-	RlockArgs  *args = worker_args();
+	WorkerCmd  *wc;
+	RlockArgs  *args;
 	RlockKindHold kh;
 	int			hand_off;
 
+	/* freed for a local waiter: maybe straight to it (transfer.c) */
+	if (target == 0 && worker_send_transfer(index))
+		return;
+
+	wc = worker_cmd_new(WORKER_CMD_RELEASE);
+	args = worker_args();
 	/* a release on its way keeps the entry, its key and owner */
 	kh.key = h->key;
 	kh.keylen = h->keylen;
@@ -222,8 +228,21 @@ worker_send_release(int index, int32 target, int64 lease_ms)
 		if (wc->handoff == 0)
 			worker_note_release(h->key, h->keylen);
 		else
-			release_handing[release_mark_index(h->key, h->keylen)]++;
+			worker_release_handing(h->key, h->keylen, 1);
 	}
+}
+
+/*
+ * A release that handed the key to a local waiter is sent (delta 1) or
+ * answered (-1).
+ */
+void
+worker_release_handing(const char *key, int keylen, int delta)
+{
+	int			i = release_mark_index(key, keylen);
+
+	release_handing[i] += delta;
+	Assert(release_handing[i] >= 0);
 }
 
 static void worker_resync_later(void);
@@ -351,11 +370,8 @@ void
 worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 {
 	RlockHold  *h = rlock_hold(wc->hold);
-	RlockStatus status = RLOCK_STATUS_OK;
 	RlockReleased released = RLOCK_RELEASED_INVALID;
 	RlockAmount freed = 0;
-	bool		again = false;
-	bool		later = false;
 
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR)
 	{
@@ -369,12 +385,7 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	}
 
 	if (wc->handoff != 0)
-	{
-		int			i = release_mark_index(h->key, h->keylen);
-
-		Assert(release_handing[i] > 0);
-		release_handing[i]--;
-	}
+		worker_release_handing(h->key, h->keylen, -1);
 
 	/* no unlock message, or maybe none, to let pass */
 	if (wc->handoff == RLOCK_HANDED_OFF_ECHO && freed == 0)
@@ -389,9 +400,33 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		worker_publish_unlock(worker_hold_conn(wc->hold), h->kind, h->key,
 							  h->keylen);
 
+	worker_release_answered(conn, &wc->cmd, wc->hold, reply,
+							released == RLOCK_RELEASED_NOT_HELD, wc->target,
+							(wc->target > 0) ?
+							TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+														wc->lease_ms) : 0);
+}
+
+/*
+ * What the answer to a command that left "target" holds of the entry
+ * "index" in Redis (a release, a transfer) means for the entry: NULL when
+ * lost, "not_held" when Redis had no hold of it left, else OK (the holds
+ * left last until "expires" if target is above zero) or an error.  The
+ * count is restated if the outcome is unknown or Redis refused it for now.
+ */
+void
+worker_release_answered(RlockConn *conn, RlockCmd *cmd, int index,
+						const RlockReply *reply, bool not_held, int32 target,
+						TimestampTz expires)
+{
+	RlockHold  *h = rlock_hold(index);
+	RlockStatus status = RLOCK_STATUS_OK;
+	bool		again = false;
+	bool		later = false;
+
 	if (reply == NULL)
 		again = true;			/* outcome unknown: say it again later */
-	else if (released == RLOCK_RELEASED_NOT_HELD)
+	else if (not_held)
 		status = RLOCK_STATUS_NOT_HELD;
 	else if (reply->type == RLOCK_REPLY_ERROR)
 	{
@@ -399,7 +434,7 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 		{
 			case RLOCK_REPLY_NOSCRIPT:
 				again = true;
-				later = !rlock_scripts_reload(conn, &wc->cmd);
+				later = !rlock_scripts_reload(conn, cmd);
 				break;
 			case RLOCK_REPLY_WRONGTYPE:
 				/* the key is not a lock any more: nothing of ours to release */
@@ -410,22 +445,19 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 				/* BUSY, OOM, READONLY, LOADING ...: try again in a while */
 				again = later = true;
 				worker_warn_release(h, reply->str, true);
-				release_refused[wc->hold] = true;
+				release_refused[index] = true;
 				strlcpy(release_refusal, reply->str, sizeof(release_refusal));
 				break;
 		}
 	}
 
-	if (rlock_hold_released(wc->hold, again, status, wc->target,
-							(wc->target > 0) ?
-							TimestampTzPlusMilliseconds(wc->cmd.sent_at,
-														wc->lease_ms) : 0))
+	if (rlock_hold_released(index, again, status, target, expires))
 		rlock_count(RLOCK_STAT_LOST, 1);
 
 	if (!again)
 	{
-		release_status[wc->hold] = status;
-		release_refused[wc->hold] = false;
+		release_status[index] = status;
+		release_refused[index] = false;
 	}
 	/*
 	 * Sent again at once if a connection takes it: a reply lost with its
@@ -436,8 +468,8 @@ worker_release_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	if (later)
 		worker_resync_later();
 	else if (again)
-		worker_requeue_hold(wc->hold);
-	rlock_hold_try_free(wc->hold);
+		worker_requeue_hold(index);
+	rlock_hold_try_free(index);
 	if (worker_parked())
 		worker_unpark();
 }

@@ -292,6 +292,43 @@ worker_send_acquire(WorkerReq *req)
 }
 
 /*
+ * Would a commit now trust every hold of the VERIFY's owner without
+ * asking (shared/vouch.c), by its backend's rlock.verify_at_commit and
+ * rlock.verify_window (args.fresh_after)?  Its backend asked because something was
+ * still on the wire for one of them, most often a transfer handing it
+ * the lock (transfer.c), or because a grant's mark had not come yet; a
+ * VERIFY is sent only once no acquire of the owner is on the wire.
+ */
+static bool
+worker_verify_vouched(WorkerReq *req)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz enough = TimestampTzPlusMilliseconds(now, req->args.lease_ms);
+	uint32		track_epoch;
+	const int  *holds;
+	int			n;
+	int			i;
+
+	if (!rlock_vouching(now, true, req->args.fresh_after, &track_epoch))
+		return false;
+	n = rlock_owners_holds(req->args.owner_id, &holds);
+	for (i = 0; i < n; i++)
+	{
+		uint32		generation;
+		RlockHold	copy;
+
+		if (!worker_hold_owned(holds[i], req->args.owner_id, true,
+							   &generation))
+			continue;
+		rlock_hold_read(holds[i], &copy);
+		if (!rlock_hold_is_current(&copy, generation) ||
+			!rlock_hold_vouches_now(&copy, track_epoch, enough))
+			return false;
+	}
+	return true;
+}
+
+/*
  * Send the verify script over every entry of the request's owner that
  * holds something, in batches.  The batches of one sending carry its
  * number, so that a reply to an earlier sending is never counted.
@@ -309,6 +346,11 @@ worker_send_verify(WorkerReq *req)
 	req->batches = 0;
 	req->lost = 0;
 	worker_set_state(req, REQ_INFLIGHT);
+	if (worker_verify_vouched(req))
+	{
+		worker_complete(req, RLOCK_STATUS_OK, 0, NULL);
+		return;
+	}
 	nholds = rlock_owners_holds(req->args.owner_id, &holds);
 	/* a batch is one command of one kind, on one connection */
 	for (kind = 0; kind < RLOCK_NKINDS; kind++)

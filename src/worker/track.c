@@ -717,6 +717,11 @@ rlock_track_sending(WorkerCmd *wc)
 	wc->track_epoch = epoch;
 	switch (wc->type)
 	{
+		case WORKER_CMD_TRANSFER:
+			/* the giver's release, and the taker's acquire */
+			track_note_write(wc->from_hold,
+							 rlock_hold(wc->from_hold)->generation);
+			/* FALLTHROUGH */
 		case WORKER_CMD_ACQUIRE:
 			track_note_write(wc->hold, rlock_hold(wc->hold)->generation);
 			wc->track_writes = hold_writes[wc->hold];

@@ -661,6 +661,52 @@ rlock_waiters_hand_off(RlockKind kind, const char *key, int keylen, int n)
 }
 
 /*
+ * The waiter this instance's release of "key" may hand the lock to in
+ * one command with the release (transfer.c): the first of the line
+ * waiting for that key, unless the line is to hold back for other
+ * clients (rlock_waiters_hand_off does that then) or does so now.  -1 if
+ * there is none; nothing changes until rlock_waiters_transferred().
+ */
+int
+rlock_waiters_next(RlockKind kind, const char *key, int keylen)
+{
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
+	dlist_iter	iter;
+
+	if (g == NULL ||
+		(g->others && rlock_handoff_limit > 0 &&
+		 g->run >= rlock_handoff_limit) ||
+		(g->back_until != 0 && GetCurrentTimestamp() < g->back_until))
+		return -1;
+	dlist_foreach(iter, &g->waiters)
+	{
+		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
+
+		if (worker_waiting(w - waiters, key, keylen))
+			return w - waiters;
+	}
+	return -1;
+}
+
+/*
+ * The lock of "key" went from one local holder to the next without being
+ * freed, and "heard" clients listen on its channel (-1: not known): one
+ * more hand-off in the line's run.  No unlock message comes of it.
+ */
+void
+rlock_waiters_transferred(RlockKind kind, const char *key, int keylen,
+						  int heard)
+{
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
+
+	if (g == NULL)
+		return;
+	if (g->run < INT_MAX)
+		g->run++;
+	rlock_waiters_heard(kind, key, keylen, heard);
+}
+
+/*
  * A release that expected an echo (RLOCK_HANDED_OFF_ECHO) did not free the
  * lock, or may not have: its message is not to be waited for.  If a
  * message was let pass in its place already, that one was someone else's

@@ -136,6 +136,7 @@ worker_unknown_status(RlockConn *conn, const WorkerCmd *wc, RlockKind kind)
 		[WORKER_CMD_QUERY] = "a holder query",
 		[WORKER_CMD_RENEW] = "a renewal batch",
 		[WORKER_CMD_VERIFY] = "a check batch",
+		[WORKER_CMD_TRANSFER] = "a transfer",
 	};
 	char		detail[96];
 
@@ -177,6 +178,7 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_RENEW:
 		case WORKER_CMD_VERIFY:
 		case WORKER_CMD_SYNC:
+		case WORKER_CMD_TRANSFER:
 			if (reply != NULL)
 				rlock_latency(RLOCK_LATENCY_ROUND_TRIP,
 							  GetCurrentTimestamp() - cmd->sent_at);
@@ -219,6 +221,9 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 		case WORKER_CMD_TRACK:
 			rlock_track_reply(conn, wc, reply);
+			break;
+		case WORKER_CMD_TRANSFER:
+			worker_transfer_reply(conn, wc, reply);
 			break;
 	}
 	worker_cmd_free(wc);

@@ -39,7 +39,9 @@ typedef enum WorkerCmdType
 								 * connection */
 	WORKER_CMD_PUBLISH,			/* an unlock message of our own; the reply
 								 * does not matter */
-	WORKER_CMD_TRACK			/* client-side tracking (track.c) */
+	WORKER_CMD_TRACK,			/* client-side tracking (track.c) */
+	WORKER_CMD_TRANSFER			/* a release that hands the lock to a
+								 * local waiter (transfer.c) */
 } WorkerCmdType;
 
 /*
@@ -52,8 +54,11 @@ typedef struct WorkerCmd
 	WorkerCmdType type;
 	int			slot;			/* request commands: slot and request */
 	uint64		seq;			/* ...; (UN)SUBSCRIBE: number in its group */
-	int			hold;			/* ACQUIRE, RELEASE: the hold entry */
-	int32		target;			/* ACQUIRE, RELEASE: count to leave;
+	int			hold;			/* ACQUIRE, RELEASE: the hold entry;
+								 * TRANSFER: the one taking the lock */
+	int			from_hold;		/* TRANSFER: the entry giving the lock */
+	int32		target;			/* ACQUIRE, RELEASE, TRANSFER: count to
+								 * leave (the taker's);
 								 * VERIFY: the sending it belongs to */
 	int64		lease_ms;		/* ACQUIRE, RELEASE, RENEW: lease sent;
 								 * VERIFY: the margin */
@@ -219,6 +224,16 @@ extern void worker_note_release(const char *key, int keylen);
 extern bool worker_release_inflight(const char *key, int keylen);
 extern void worker_publish_unlock(RlockConn *conn, RlockKind kind,
 								  const char *key, int keylen);
+extern void worker_release_handing(const char *key, int keylen, int delta);
+extern void worker_release_answered(RlockConn *conn, RlockCmd *cmd,
+									int index, const RlockReply *reply,
+									bool not_held, int32 target,
+									TimestampTz expires);
+
+/* transfer.c: a freed lock handed to a local waiter in one command */
+extern bool worker_send_transfer(int index);
+extern void worker_transfer_reply(RlockConn *conn, WorkerCmd *wc,
+								  const RlockReply *reply);
 
 /* owners.c: entries by owner */
 extern void rlock_owners_init(void);
@@ -258,6 +273,9 @@ extern int	rlock_waiters_hand_off(RlockKind kind, const char *key,
 								   int keylen, int n);
 extern void rlock_waiters_echo_cancel(RlockKind kind, const char *key,
 									  int keylen);
+extern int	rlock_waiters_next(RlockKind kind, const char *key, int keylen);
+extern void rlock_waiters_transferred(RlockKind kind, const char *key,
+									  int keylen, int heard);
 extern void rlock_waiters_heard(RlockKind kind, const char *key, int keylen,
 								int heard);
 extern void rlock_waiters_reply(RlockConn *conn, WorkerCmd *wc,

@@ -37,6 +37,7 @@ static int	script_verify;
 static int	script_force;
 static int	script_holder;
 static int	script_probe;
+static int	script_transfer;
 
 static void
 plain_init(void)
@@ -48,6 +49,7 @@ plain_init(void)
 	script_force = rlock_script_register("force", force_lua);
 	script_holder = rlock_script_register("holder", holder_lua);
 	script_probe = rlock_script_register("probe", probe_lua);
+	script_transfer = rlock_script_register("transfer", transfer_lua);
 }
 
 /*
@@ -181,6 +183,41 @@ plain_release_heard(const RlockReply *reply)
 }
 
 /*
+ * EVALSHA transfer 2 key channel lease from-owner to-owner target: only
+ * outside a Redis Cluster, where the channel may be declared as a key.
+ */
+static void
+plain_transfer(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *from,
+			   const RlockKindHold *to, RlockAmount target, int64 lease_ms)
+{
+	int			len;
+	char	   *channel = plain_channel_copy(from->key, from->keylen, &len);
+
+	rlock_args_script(args, script_transfer, 2);
+	rlock_args_add(args, from->key, from->keylen);
+	rlock_args_add(args, channel, len);
+	rlock_args_int(args, lease_ms);
+	rlock_kind_owner(args, from->owner_id);
+	rlock_kind_owner(args, to->owner_id);
+	rlock_args_int(args, target);
+	pfree(channel);
+	cmd->shape = RLOCK_SHAPE_INTEGERS;
+	cmd->nelements = 2;
+}
+
+static bool
+plain_transfer_result(const RlockReply *reply, bool *moved, int *heard)
+{
+	int64		status = reply->element[0]->integer;
+	int64		listening = reply->element[1]->integer;
+
+	*moved = (status == 1);
+	*heard = (int) Min(Max(listening, -1), PG_INT32_MAX);
+	return (status == 1 && listening >= -1) ||
+		(status == 0 && listening == 0);
+}
+
+/*
  * The batches, in kinds.c's layout (batch.lua)
  */
 static void
@@ -301,5 +338,7 @@ const RlockKindMethod rlock_kind_plain = {
 	.hand_off = plain_hand_off,
 	.free_message = "0",
 	.release_heard = plain_release_heard,
-	.acquire_rereads = true
+	.acquire_rereads = true,
+	.transfer = plain_transfer,
+	.transfer_result = plain_transfer_result
 };

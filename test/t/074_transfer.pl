@@ -1,0 +1,238 @@
+# A lock handed from one local holder to the next waiter in one command
+# (worker/transfer.c), release by release through MONITOR:
+#
+# - a transaction-scoped holder whose hold tracking vouches for commits:
+#   its release and the grant to the next waiter are one transfer script
+#   (nothing freed, no unlock message, no acquire), the waiter is granted,
+#   commits, and its commit needs no verify round trip in at least one of
+#   three runs (the transfer's mark made its hold tracked);
+# - the source hold gone unannounced before the transfer ran (SWAPDB moves
+#   every key away and Redis sends no invalidation for it; the holder's
+#   commit is vouched for, as doc/leases.md says of SWAPDB): the waiter
+#   was granted, its transaction runs, and its COMMIT fails with 40001,
+#   with rlock.verify_at_commit = lease too (whose commit would otherwise
+#   trust the grant's lease); the lock is left to nobody, and the line
+#   goes on;
+# - waiters that may not be handed a lock unseen go the usual way, a
+#   release and then an acquire: a session-scoped waiter (no commit checks
+#   it), a waiter whose rlock.verify_at_commit is off, a waiter asking for
+#   a fencing token (only Redis counts it);
+# - a chain: four sessions in turn on one key, every release a transfer,
+#   the counter exact.
+use strict;
+use warnings;
+
+use Digest::SHA qw(sha1_hex);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use RlockTest;
+use RlockTest::Redis;
+use RlockTest::TLS;
+
+plan skip_all => 'the hand-off does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
+my $redis = RlockTest::Redis->start;
+# a window that a psql round trip between the lock and the COMMIT does
+# not outlast; no watchdog renewal during the test (it untracks holds)
+my $node = RlockTest::node('transfer', $redis,
+	conf => [ "rlock.verify_window = '1s'", "rlock.watchdog_timeout = '10min'",
+			  'log_min_messages = warning' ]);
+ok(RlockTest::wait_for_redis($node, 15), 'rlock is connected');
+
+my %sha = map {
+	$_ => sha1_hex(RlockTest::script_text(
+			($ENV{TESTDIR} // '.') . "/src/kinds/plain/$_.lua"))
+} qw(acquire release transfer verify);
+
+sub session
+{
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY verbose');
+	return $s;
+}
+
+sub waiting
+{
+	my ($key) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM rlock_locks WHERE key = '$key' AND state = 'waiting'");
+}
+
+# The scripts Redis ran on $key among MONITOR lines, in order, by name
+# (transfer, release, acquire, verify; a PUBLISH of an unlock message on
+# the key's channel as publish)
+sub scripts_on
+{
+	my ($key, @lines) = @_;
+	my %name = reverse %sha;
+	diag(join("\n", @lines)) if $ENV{XFER_DEBUG};
+	my @seen;
+	for my $line (@lines)
+	{
+		next unless $line =~ /^[\d.]+ \[\d+ ([\d.:a-z]+)\] (.*)$/;
+		my ($client, $rest) = ($1, $2);
+		my @args = $rest =~ /"((?:[^"\\]|\\.)*)"/g;
+		if ($client eq 'lua' && lc($args[0]) eq 'publish'
+			&& $args[1] eq "redisson_lock__channel:{$key}")
+		{
+			push @seen, 'publish';
+		}
+		elsif ($client ne 'lua' && $args[0] eq 'EVALSHA'
+			&& ($args[3] // '') eq $key && $name{ $args[1] })
+		{
+			push @seen, $name{ $args[1] };
+		}
+	}
+	return join(' ', @seen);
+}
+
+# $holder holds $key in a transaction; $waiter asks for it with $ask and
+# queues.  Returns once it waits.
+sub queue_behind
+{
+	my ($key, $holder, $waiter, $ask) = @_;
+	$holder->query_safe('BEGIN');
+	$holder->query_safe("SELECT rlock_try('$key')") eq 't'
+	  or die "$key is not free";
+	$waiter->query_safe('BEGIN') unless $ask =~ /session/;
+	RlockTest::send_query($waiter, "$ask;");
+	RlockTest::wait_until(sub { waiting($key) == 1 }, 10)
+	  or die "the waiter did not queue for $key";
+}
+
+my ($a, $b, $c, $d) = map { session() } 1 .. 4;
+
+#---- a transfer ----
+
+my $key = 'xfer:one';
+my $ran;
+my $unverified = 0;
+for my $try (1 .. 3)
+{
+	queue_behind($key, $a, $b, "SELECT rlock_try('$key', '30 s')");
+	my $mon = $redis->monitor;
+	$a->query_safe('COMMIT');
+	my ($out, $err) = RlockTest::collect($b);
+	is($out, 't', "[$try] the waiter is granted") or diag($err);
+	$b->query_safe('SELECT pg_sleep(0.05)');
+	$b->query_safe('COMMIT');
+	is($b->{stderr}, '', "[$try] and commits");
+	$ran = scripts_on($key, $mon->drain(0.3));
+	like($ran, qr/^transfer( verify)? release publish$/,
+		"[$try] the release and the grant are one transfer; the waiter's own release frees the lock");
+	$unverified++ if $ran !~ /verify/;
+	$b->{stderr} = '';
+}
+cmp_ok($unverified, '>=', 1,
+	'a commit after a transfer needs no verify round trip (one of three at least)');
+is($redis->cmd('EXISTS', $key), 0, 'the lock is free at the end');
+
+#---- the source hold gone, unannounced ----
+
+my ($mon, $out, $err);
+for my $mode ('on', 'lease')
+{
+	$key = "xfer:gone:$mode";
+	queue_behind($key, $a, $b,
+		"SET LOCAL rlock.verify_at_commit = $mode; SELECT rlock_try('$key', '30 s')");
+	$mon = $redis->monitor;
+	$redis->cmd('SWAPDB', 0, 1);
+	$a->query_safe('COMMIT');
+	is($a->{stderr}, '', "[$mode] the holder commits: Redis announced nothing");
+	($out, $err) = RlockTest::collect($b);
+	is($out, 't', "[$mode] the waiter was granted at once");
+	$b->query_safe("SELECT 1");
+	$b->query('COMMIT');
+	like($b->{stderr}, qr/40001.*lock "\Q$key\E" was lost/s,
+		"[$mode] its commit fails with 40001: the transfer found the holder gone");
+	$b->{stderr} = '';
+	$ran = scripts_on($key, $mon->drain(0.3));
+	like($ran, qr/^transfer\b/, "[$mode] it was a transfer");
+	unlike($ran, qr/acquire/, "[$mode] and nobody was granted the lock in its place");
+	is($redis->cmd('EXISTS', $key), 0, "[$mode] nothing was written where the lock was");
+	$redis->cmd('SWAPDB', 0, 1);
+	is($redis->cmd('HEXISTS', $key, 'mode'), 1, "[$mode] the moved lock is back");
+	$redis->cmd('DEL', $key);
+}
+# the line goes on: the next holder and waiter are served as before
+queue_behind($key, $a, $b, "SELECT rlock_try('$key', '30 s')");
+$a->query_safe('COMMIT');
+($out, $err) = RlockTest::collect($b);
+is($out, 't', 'the key serves the next pair');
+$b->query_safe('COMMIT');
+is($b->{stderr}, '', 'which commits');
+
+#---- waiters that go the usual way ----
+
+for my $case (
+	[ 'a session-scoped waiter', "SELECT rlock_session_try('xfer:session', '30 s')",
+	  'xfer:session', "SELECT rlock_session_release('xfer:session')" ],
+	[ 'a waiter whose check before commit is off',
+	  "SET LOCAL rlock.verify_at_commit = off; SELECT rlock_try('xfer:off', '30 s')",
+	  'xfer:off', 'COMMIT' ],
+	[ 'a waiter asking for a fencing token',
+	  "SELECT rlock_try_token('xfer:token', '30 s') > 0", 'xfer:token', 'COMMIT' ])
+{
+	my ($what, $ask, $k, $end) = @$case;
+	queue_behind($k, $a, $b, $ask);
+	$mon = $redis->monitor;
+	$a->query_safe('COMMIT');
+	($out, $err) = RlockTest::collect($b);
+	is($out, 't', "$what is granted") or diag($err);
+	$b->query_safe($end);
+	$ran = scripts_on($k, $mon->drain(0.3));
+	like($ran, qr/^release publish acquire\b/,
+		"$what: a release, then its try ($ran)");
+	unlike($ran, qr/transfer/, "$what: no transfer");
+	$b->{stderr} = '';
+}
+
+#---- a chain ----
+
+$key = 'xfer:chain';
+$node->safe_psql('postgres', 'CREATE TABLE chain (n int); INSERT INTO chain VALUES (0)');
+my @line = ($a, $b, $c, $d);
+$line[0]->query_safe('BEGIN');
+$line[0]->query_safe("SELECT rlock_try('$key')");
+for my $i (1 .. 3)
+{
+	$line[$i]->query_safe('BEGIN');
+	RlockTest::send_query($line[$i], "SELECT rlock_try('$key', '30 s');");
+	RlockTest::wait_until(sub { waiting($key) == $i }, 10)
+	  or die "session $i did not queue";
+}
+$mon = $redis->monitor;
+# twelve sections: a holder queues again while fewer than twelve are
+# promised (granted or waiting)
+my $promised = 4;
+while (@line)
+{
+	my $s = shift @line;
+	$s->query_safe('UPDATE chain SET n = n + 1');
+	$s->query_safe('COMMIT');
+	if (@line)
+	{
+		my ($got, $e) = RlockTest::collect($line[0]);
+		die "the next was not granted: $e" unless $got eq 't';
+	}
+	next if $promised == 12;
+	$s->query_safe('BEGIN');
+	RlockTest::send_query($s, "SELECT rlock_try('$key', '30 s');");
+	RlockTest::wait_until(sub { waiting($key) == @line }, 10)
+	  or die 'the holder did not queue again';
+	push @line, $s;
+	$promised++;
+}
+$ran = scripts_on($key, $mon->drain(0.3));
+my $transfers = () = $ran =~ /transfer/g;
+is($transfers, 11, 'eleven hand-offs in a chain, each one transfer');
+unlike($ran, qr/acquire/, 'and no try in between');
+like($ran, qr/^(transfer (verify )?){11}release publish$/,
+	'the last release frees the lock');
+is($node->safe_psql('postgres', 'SELECT n FROM chain'), 12,
+	'twelve sections, the counter exact');
+
+$_->quit for ($a, $b, $c, $d);
+$node->stop;
+done_testing();
