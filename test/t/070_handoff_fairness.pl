@@ -12,7 +12,11 @@
 # - the same with the bound switched off (0): Redisson's share collapses,
 #   which is what the bound is for;
 # - two PostgreSQL instances with 8 sessions each on one key: both get
-#   their share, no session gives up, no overlap.
+#   their share, no session gives up, no overlap;
+# - both instances and the Redisson threads on one key: no overlap, every
+#   counter exact, nobody gives up.
+# Local hand-offs go as transfers (worker/transfer.c) where tracking
+# vouches for the holder: each case checks that Redis ran some.
 use strict;
 use warnings;
 
@@ -117,6 +121,14 @@ sub set_limit
 	}, 10) or die "rlock.handoff_limit did not become $limit";
 }
 
+# Transfers Redis ran so far: the transfer script is the only one, of
+# rlock's and of Redisson's lock, that calls HDEL
+sub transfers
+{
+	my ($calls) = $redis->cmd('INFO', 'commandstats') =~ /cmdstat_hdel:calls=(\d+)/;
+	return $calls // 0;
+}
+
 my $jdbc = 'jdbc:postgresql://127.0.0.1:' . $one->port . '/postgres?user='
   . getpwuid($<);
 my $java = RlockTest::Redisson->start($redis, jdbc => $jdbc);
@@ -130,9 +142,12 @@ for my $case ([ 'bounded', 4, 15 ], [ 'unbounded', 0, 8 ])
 	my $key = "fair:$what";
 	set_limit($one, $limit);
 	$one->safe_psql('postgres', "INSERT INTO counters VALUES ('$key', 0)");
+	my $before = transfers();
 	my $id = $java->send('j', 'contend', $key, 8, $seconds, 10000);
 	my $sql = sql_load($one, $key, 8, $seconds);
 	ok(sql_finish($sql), "[$what] pgbench ran");
+	my $moved = transfers() - $before;
+	cmp_ok($moved, '>', 0, "[$what] hand-offs went as transfers ($moved)");
 	my $r = $java->result($id, $seconds + 60);
 	ok($r && $r->{ok}, "[$what] the Redisson threads ran")
 	  or diag($r ? $r->{message} : 'no answer');
@@ -168,6 +183,7 @@ set_limit($one, 4);
 #---- two instances, 8 sessions each, 12 s ----
 
 my $key = 'fair:instances';
+my $before = transfers();
 my @runs = map { sql_load($_, $key, 8, 12) } ($one, $two);
 ok(sql_finish($_), 'pgbench ran on ' . ($_ == $runs[0] ? 'a' : 'b')) for @runs;
 my ($sections, $misses, $overlaps, $total) = tally($key, $one, $two);
@@ -179,6 +195,45 @@ for my $name ('a', 'b')
 {
 	cmp_ok($sections->{$name} // 0, '>=', $total / 5,
 		"two instances: $name took at least a fifth of the sections");
+}
+cmp_ok(transfers() - $before, '>', 0, 'two instances: some hand-offs were transfers');
+
+#---- two instances and Redisson, 12 s ----
+
+$key = 'fair:mixed';
+$one->safe_psql('postgres', "INSERT INTO counters VALUES ('$key', 0)");
+$before = transfers();
+my $id = $java->send('j', 'contend', $key, 8, 12, 10000);
+@runs = map { sql_load($_, $key, 8, 12) } ($one, $two);
+ok(sql_finish($_), 'with Redisson: pgbench ran on ' . ($_ == $runs[0] ? 'a' : 'b'))
+  for @runs;
+my $r = $java->result($id, 72);
+ok($r && $r->{ok}, 'with Redisson: the Redisson threads ran')
+  or diag($r ? $r->{message} : 'no answer');
+my ($jsections, $jtimeouts) = split / /, ($r->{value} // '0 0 0');
+my $moved = transfers() - $before;
+($sections, $misses, $overlaps, $total) = tally($key, $one, $two);
+diag(sprintf('with Redisson: a %d, b %d, Redisson %d sections; %d transfers; '
+	  . 'misses a %d, b %d; Redisson timeouts %d',
+	$sections->{a} // 0, $sections->{b} // 0, $jsections, $moved,
+	$misses->{a}, $misses->{b}, $jtimeouts));
+is($overlaps, 0, 'with Redisson: no two sections overlapped');
+is($sections->{java} // 0, $jsections, 'with Redisson: every Redisson section is a row');
+is($one->safe_psql('postgres', "SELECT n FROM counters WHERE k = '$key'"),
+	($sections->{a} // 0) + $jsections, 'with Redisson: the counter of a is exact');
+is($two->safe_psql('postgres', "SELECT n FROM counters WHERE k = '$key'"),
+	$sections->{b} // 0, 'with Redisson: the counter of b is exact');
+is($misses->{a} + $misses->{b}, 0, 'with Redisson: no rlock_try(5 s) gave up');
+cmp_ok($moved, '>', 0, 'with Redisson: some hand-offs were transfers');
+TODO:
+{
+	# each instance's line holds back for others after its run, but the
+	# other instance's line, woken by the same unlock message, reacts
+	# faster than Redisson and takes the turn (doc/behaviour.md, Waiting)
+	local $TODO = 'two instances pass the turn to each other, not to Redisson';
+	is($jtimeouts, 0, 'with Redisson: no tryLock(10 s) gave up');
+	cmp_ok($jsections, '>=', $total / 20,
+		'with Redisson: Redisson took a twentieth of the sections');
 }
 
 $java->stop;

@@ -66,7 +66,6 @@ sub scripts_on
 {
 	my ($key, @lines) = @_;
 	my %name = reverse %sha;
-	diag(join("\n", @lines)) if $ENV{XFER_DEBUG};
 	my @seen;
 	for my $line (@lines)
 	{
