@@ -690,8 +690,10 @@ rlock_waiters_next(RlockKind kind, const char *key, int keylen)
 
 /*
  * The lock of "key" went from one local holder to the next without being
- * freed, and "heard" clients listen on its channel (-1: not known): one
- * more hand-off in the line's run.  No unlock message comes of it.
+ * freed, and "heard" clients listen on its channel: one more hand-off in
+ * the line's run.  No unlock message comes of it.  When Redis would not
+ * say who listens (-1: a user without PUBSUB), someone else may: the
+ * line's run stays bounded.
  */
 void
 rlock_waiters_transferred(RlockKind kind, const char *key, int keylen,
@@ -703,7 +705,10 @@ rlock_waiters_transferred(RlockKind kind, const char *key, int keylen,
 		return;
 	if (g->run < INT_MAX)
 		g->run++;
-	rlock_waiters_heard(kind, key, keylen, heard);
+	if (heard < 0)
+		g->others = true;
+	else
+		rlock_waiters_heard(kind, key, keylen, heard);
 }
 
 /*

@@ -223,6 +223,34 @@ my ($got) = RlockTest::collect($s2);
 is($got, 't', 'the waiter is woken and gets the lock');
 $s2->quit;
 
+# a hand-off within an instance whose grants wait for no replica, and
+# whose commits trust client-side tracking: one transfer script, which
+# asks PUBSUB NUMSUB who else listens (no renewal meanwhile: it would
+# untrack the holder's key)
+my $nx = data_node('users_x', $primary, 'rlock.database = 3',
+	'rlock.sync_replicas = off', "rlock.verify_window = '1s'",
+	"rlock.watchdog_timeout = '10min'");
+ok(RlockTest::wait_for_redis($nx, 15), 'a third instance, not synced, locks');
+ok(RlockTest::wait_until(
+		sub { ($primary->cmd('CLIENT', 'LIST') // '') =~ /name=rlock_command .*flags=\S*t/ }, 15),
+	'its command connection has tracking on');
+my $calls_numsub = calls($primary, 'pubsub|numsub');
+my $x1 = $nx->background_psql('postgres');
+my $x2 = $nx->background_psql('postgres', on_error_stop => 0);
+$x1->query_safe('BEGIN');
+$x1->query_safe("SELECT rlock_try('acl:x')");
+$x2->query_safe('BEGIN');
+RlockTest::send_query($x2, "SELECT rlock_try('acl:x', '20 s') AS got;");
+ok(RlockTest::waiting_in_sql($nx, 'acl:x'), 'a waiter of the same instance');
+$x1->query_safe('COMMIT');
+($got) = RlockTest::collect($x2);
+is($got, 't', 'the waiter gets the lock');
+$x2->query_safe('COMMIT');
+cmp_ok(calls($primary, 'pubsub|numsub'), '>', $calls_numsub,
+	'handed over by a transfer (PUBSUB NUMSUB ran)');
+$_->quit for ($x1, $x2);
+$nx->stop;
+
 # a lock forced away
 $s1->query_safe("SELECT rlock_session_try('acl:f')");
 is($nb->safe_psql('postgres', "SELECT rlock_force_release('acl:f')"), 't',
@@ -299,11 +327,13 @@ ok(RlockTest::wait_until(sub { join(',', client_names($primary)) eq ',,,' }, 10)
 	'the connections have no names (CLIENT SETNAME)')
   or diag(join(',', client_names($primary)));
 # Redis refused each optional command but CLIENT KILL, which rlock does
-# not send without INFO (the server's run_id), and CLIENT TRACKING, which
-# it does not send without the subscriber's CLIENT ID, and nothing else
+# not send without INFO (the server's run_id), CLIENT TRACKING, which
+# it does not send without the subscriber's CLIENT ID, and PUBSUB NUMSUB,
+# which only a transfer sends (there is none without tracking), and
+# nothing else
 my @refused = refusals($primary);
 is_deeply([ refused_commands(@refused) ],
-	[ grep { $_ ne 'client|kill' && $_ ne 'client|tracking' }
+	[ grep { $_ ne 'client|kill' && $_ ne 'client|tracking' && $_ ne 'pubsub|numsub' }
 		  RlockTest::ACL::commands($data[1]) ],
 	'required line only: Redis refused the optional commands, no other')
   or diag(join("\n", @refused));

@@ -122,10 +122,10 @@ sub set_limit
 }
 
 # Transfers Redis ran so far: the transfer script is the only one, of
-# rlock's and of Redisson's lock, that calls HDEL
+# rlock's and of Redisson's lock, that calls PUBSUB NUMSUB
 sub transfers
 {
-	my ($calls) = $redis->cmd('INFO', 'commandstats') =~ /cmdstat_hdel:calls=(\d+)/;
+	my ($calls) = $redis->cmd('INFO', 'commandstats') =~ /cmdstat_pubsub\|numsub:calls=(\d+)/;
 	return $calls // 0;
 }
 

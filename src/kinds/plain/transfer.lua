@@ -17,8 +17,11 @@
 -- without PUBSUB), so that the worker knows whether anyone else waits;
 -- {0, 0} when the giver held nothing any more (its lease ran out, or
 -- someone removed the lock): then nothing was written, and the taker's
--- grant is void.  The giver's field is the lock's only owner field: its
--- acquire took a free key, or refused the key of a read-write lock.
+-- grant is void.  The giver's field is the lock's only owner field (its
+-- acquire took a free key, or refused the key of a read-write lock), so
+-- the key is written anew: DEL and HSET, commands a release and an
+-- acquire use already (a user's ACL that lets rlock lock lets it
+-- transfer).
 --
 -- The first read tracks the key (client-side tracking), the writes then
 -- untrack it, and the read after them tracks it again for the taker
@@ -27,7 +30,7 @@
 if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
 	return {0, 0}
 end
-redis.call('hdel', KEYS[1], ARGV[2])
+redis.call('del', KEYS[1])
 redis.call('hset', KEYS[1], ARGV[3], ARGV[4], 'mode', 'write')
 redis.call('pexpire', KEYS[1], ARGV[1])
 redis.call('pttl', KEYS[1])
