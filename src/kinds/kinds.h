@@ -39,6 +39,8 @@ typedef struct RlockKindHold
 	int			keylen;
 	uint64		owner_id;
 	int			mode;			/* the kind's mode; 0 for a kind without */
+	bool		waited;			/* acquire: a waiter's try, which leaves a
+								 * lock yielded to other clients to them */
 } RlockKindHold;
 
 /* A message that retries every waiter of its channel (the wake method) */
@@ -155,6 +157,11 @@ typedef struct RlockKindMethod
 	 * (NULL) a line of this instance's waiters is never held back for
 	 * other clients (worker/waiters.c) */
 	int			(*release_heard) (const RlockReply *reply);
+	/* optional: for "ms", the waiters' tries of rlock (every instance's)
+	 * find the lock, just freed, busy, and other clients may take it;
+	 * the reply does not matter */
+	void		(*yield) (RlockArgs *args, RlockCmd *cmd, const char *key,
+						  int keylen, int ms);
 
 	/*
 	 * Client-side tracking (worker/track.c): true if a granting acquire

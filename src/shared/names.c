@@ -83,6 +83,17 @@ rlock_token_name(char *buf, const char *key, int keylen)
 }
 
 /*
+ * The mark of a lock freed for other clients (worker/waiters.c):
+ * rlock_yield:{key}, for a moment rlock's acquires do not take the free
+ * lock, and Redisson's, which do not read it, may.
+ */
+int
+rlock_yield_name(char *buf, const char *key, int keylen)
+{
+	return rlock_derived_name(buf, RLOCK_YIELD_PREFIX, key, keylen);
+}
+
+/*
  * Write the hash field of an owner into buf, which must have room for
  * RLOCK_OWNER_MAXLEN bytes.  Returns the length.
  */

@@ -30,6 +30,7 @@
 /* Names derived from a lock key: this prefix plus the key, in braces */
 #define RLOCK_CHANNEL_PREFIX	"redisson_lock__channel:"
 #define RLOCK_TOKEN_PREFIX		"redisson_lock_token:"
+#define RLOCK_YIELD_PREFIX		"rlock_yield:"
 
 /*
  * What a request asks for.  Releases at transaction end do not use a
@@ -481,6 +482,7 @@ extern int	rlock_derived_name(char *buf, const char *prefix, const char *key,
 							   int keylen);
 extern int	rlock_channel_name(char *buf, const char *key, int keylen);
 extern int	rlock_token_name(char *buf, const char *key, int keylen);
+extern int	rlock_yield_name(char *buf, const char *key, int keylen);
 extern int	rlock_owner_name(char *buf, uint64 owner_id);
 extern char *rlock_sql_key(const char *key, int keylen, int prefixlen);
 extern char *rlock_sql_text(const char *s, int len);

@@ -146,6 +146,7 @@ worker_batch_send(RlockConn *conn, WorkerCmdType type, int64 arg_ms,
 		holds[i].keylen = h->keylen;
 		holds[i].owner_id = h->owner_id;
 		holds[i].mode = h->mode;
+		holds[i].waited = false;
 	}
 	rlock_kinds[kind]->batch(args, &wc->cmd,
 							 type == WORKER_CMD_RENEW ? RLOCK_BATCH_RENEW :

@@ -180,6 +180,9 @@ worker_publish_unlock(RlockConn *conn, RlockKind kind, const char *key,
 	(void) worker_cmd_send(conn, wc, args);
 }
 
+static void worker_send_yield(RlockConn *conn, RlockKind kind,
+							  const char *key, int keylen);
+
 /*
  * Send the release that leaves "target" holds of the entry in Redis.  A
  * release that frees the lock for others (the kind's hand_off says for
@@ -206,6 +209,7 @@ worker_send_release(int index, int32 target, int64 lease_ms)
 	kh.keylen = h->keylen;
 	kh.owner_id = h->owner_id;
 	kh.mode = h->mode;
+	kh.waited = false;
 	wc->hold = index;
 	wc->target = target;
 	wc->lease_ms = worker_lease(lease_ms);
@@ -229,7 +233,29 @@ worker_send_release(int index, int32 target, int64 lease_ms)
 			worker_note_release(h->key, h->keylen);
 		else
 			worker_release_handing(h->key, h->keylen, 1);
+		if (wc->handoff == 0 && kind->yield != NULL &&
+			rlock_waiters_holding_back(h->kind, h->key, h->keylen))
+			worker_send_yield(worker_hold_conn(index), h->kind, h->key,
+							  h->keylen);
 	}
+}
+
+/*
+ * The release just sent frees the lock for other clients while this
+ * instance's line holds back: rlock's waiters elsewhere, woken by the
+ * same unlock message, would take it first (their tries are quicker than
+ * most clients'), so the lock is marked yielded for as long, right behind
+ * the release.  Redis runs the two back to back: nothing another client
+ * sends comes between.
+ */
+static void
+worker_send_yield(RlockConn *conn, RlockKind kind, const char *key, int keylen)
+{
+	WorkerCmd  *wc = worker_cmd_new(WORKER_CMD_PUBLISH);
+	RlockArgs  *args = worker_args();
+
+	rlock_kinds[kind]->yield(args, &wc->cmd, key, keylen, RLOCK_YIELD_MS);
+	(void) worker_cmd_send(conn, wc, args);
 }
 
 /*

@@ -262,6 +262,8 @@ worker_send_acquire(WorkerReq *req)
 	kh.key = h->key;
 	kh.keylen = h->keylen;
 	kh.mode = h->mode;
+	/* a waiter leaves a lock yielded to other clients to them */
+	kh.waited = req->told_busy;
 
 	wc = worker_cmd_new(WORKER_CMD_ACQUIRE);
 	wc->slot = slot;

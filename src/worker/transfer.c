@@ -134,6 +134,7 @@ worker_send_transfer(int index)
 	from.keylen = h->keylen;
 	from.owner_id = h->owner_id;
 	from.mode = h->mode;
+	from.waited = false;
 	to = from;
 	to.owner_id = req->args.owner_id;
 

@@ -689,6 +689,18 @@ rlock_waiters_next(RlockKind kind, const char *key, int keylen)
 }
 
 /*
+ * Is the line of "key" holding back for other clients now?
+ */
+bool
+rlock_waiters_holding_back(RlockKind kind, const char *key, int keylen)
+{
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
+
+	return g != NULL && g->back_until != 0 &&
+		GetCurrentTimestamp() < g->back_until;
+}
+
+/*
  * The lock of "key" went from one local holder to the next without being
  * freed, and "heard" clients listen on its channel: one more hand-off in
  * the line's run.  No unlock message comes of it.  When Redis would not

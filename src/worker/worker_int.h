@@ -37,8 +37,8 @@ typedef enum WorkerCmdType
 	WORKER_CMD_REGISTER,		/* this instance's registry entry */
 	WORKER_CMD_SYNC,			/* WAIT after an acquire on the sync
 								 * connection */
-	WORKER_CMD_PUBLISH,			/* an unlock message of our own; the reply
-								 * does not matter */
+	WORKER_CMD_PUBLISH,			/* an unlock message or a yield of our
+								 * own; the reply does not matter */
 	WORKER_CMD_TRACK,			/* client-side tracking (track.c) */
 	WORKER_CMD_TRANSFER			/* a release that hands the lock to a
 								 * local waiter (transfer.c) */
@@ -269,11 +269,15 @@ extern void rlock_waiters_busy_until(int slot, const char *key, int keylen,
 #define RLOCK_HANDED_OFF_ECHO	2
 /* how long a line of local waiters holds back for other clients */
 #define RLOCK_HOLD_BACK_MS		2
+/* ... and how long the lock it freed is left to clients other than rlock */
+#define RLOCK_YIELD_MS			1
 extern int	rlock_waiters_hand_off(RlockKind kind, const char *key,
 								   int keylen, int n);
 extern void rlock_waiters_echo_cancel(RlockKind kind, const char *key,
 									  int keylen);
 extern int	rlock_waiters_next(RlockKind kind, const char *key, int keylen);
+extern bool rlock_waiters_holding_back(RlockKind kind, const char *key,
+									   int keylen);
 extern void rlock_waiters_transferred(RlockKind kind, const char *key,
 									  int keylen, int heard);
 extern void rlock_waiters_heard(RlockKind kind, const char *key, int keylen,

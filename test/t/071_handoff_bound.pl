@@ -7,7 +7,9 @@
 #
 # - nobody else listens on the lock's channel: every release is a hand-off;
 # - a passive subscriber listens (redis-cli SUBSCRIBE would do): every
-#   fifth release (rlock.handoff_limit = 4) goes without a try behind it;
+#   fifth release (rlock.handoff_limit = 4) goes without a try behind it,
+#   with the yield mark behind it instead, which keeps rlock's waiters
+#   of every instance off the freed lock for a millisecond;
 #   0 after a reload: none; 2: every third;
 # - the first waiter of a line held back gives up before it tries
 #   (cancelled, or its wait over): the next waiter takes the free lock at
@@ -38,7 +40,7 @@ my $worker = RlockTest::worker_pid($node);
 my %sha = map {
 	$_ => sha1_hex(RlockTest::script_text(
 			($ENV{TESTDIR} // '.') . "/src/kinds/plain/$_.lua"))
-} qw(acquire release);
+} qw(acquire release yield);
 
 sub channel { return 'redisson_lock__channel:{' . $_[0] . '}' }
 
@@ -140,7 +142,9 @@ sub stop_pinger
 # For each release of $key among the MONITOR lines, in order: 1 if the
 # next command Redis ran was the try of $key sent with it (same
 # connection, run within a millisecond: should the pinger miss the 2 ms
-# of a line held back, the gap still shows), 0 if not.
+# of a line held back, the gap still shows), y if it was the yield that
+# leaves the freed lock to other clients than rlock for a moment (the
+# mark named after $key), 0 if neither.
 sub handed
 {
 	my ($key, @lines) = @_;
@@ -159,10 +163,12 @@ sub handed
 		next unless $cmd eq 'EVALSHA' && $sha eq $sha{release} && $k eq $key;
 		my ($next_at, $next_client, $next_cmd, $next_sha, undef, $next_k) =
 		  @{ $cmds[ $i + 1 ] // [ 0, '', '', '', '', '' ] };
+		my $next = $next_client eq $client && $next_cmd eq 'EVALSHA'
+		  && $next_at - $at < 0.001;
 		push @handed,
-		  ($next_client eq $client && $next_cmd eq 'EVALSHA'
-			  && $next_sha eq $sha{acquire} && $next_k eq $key
-			  && $next_at - $at < 0.001) ? 1 : 0;
+		  ($next && $next_sha eq $sha{acquire} && $next_k eq $key) ? 1
+		  : ($next && $next_sha eq $sha{yield} && $next_k eq "rlock_yield:{$key}") ? 'y'
+		  : 0;
 	}
 	return join('', @handed);
 }
@@ -200,14 +206,14 @@ $other->call('SUBSCRIBE',
 $line = line_up($key, @s);
 ok(RlockTest::wait_for_subscribers($redis, $key, 2, 10),
 	'the line subscribed, and one other client');
-is(watched_turns($key, $line, 15), '11110' x 3,
+is(watched_turns($key, $line, 15), '1111y' x 3,
 	'someone else listens: each fifth release goes without a try behind it '
-	  . '(rlock.handoff_limit = 4)');
+	  . '(rlock.handoff_limit = 4), and yields the lock to other clients');
 set_limit(0);
 is(watched_turns($key, $line, 6), '1' x 6, 'rlock.handoff_limit = 0: no bound');
 set_limit(2);
 # the run counted on while it was not bounded
-is(watched_turns($key, $line, 6), '011011',
+is(watched_turns($key, $line, 6), 'y11y11',
 	'rlock.handoff_limit = 2, read at a reload: each third release');
 disband($key, $line);
 

@@ -6,14 +6,20 @@
 -- ARGV[1]  lease in ms
 -- ARGV[2]  owner ("<uuid>:<n>")
 -- ARGV[3]  hold count to leave (the worker knows it: see kinds/README.md)
--- ARGV[4]  optional: the worker's channel of marks (worker/track.c)
--- ARGV[5]  with it: this acquire's mark (a number and a random tag),
+-- ARGV[4]  for a waiter's try, the lock's yield mark (rlock_yield:{key}),
+--          else '': while the mark lasts, a free lock is left to other
+--          clients (worker/waiters.c); not a declared key, and read under
+--          pcall, so that a user whose ACL does not name it, or a slot on
+--          the move, only loses the pause
+-- ARGV[5]  optional: the worker's channel of marks (worker/track.c)
+-- ARGV[6]  with it: this acquire's mark (a number and a random tag),
 --          published there as it is when it grants
 --
 -- Returns {1, token} when taken; {2, token} when taken although the owner
 -- expected to hold it already and did not (its earlier holds were lost);
 -- {0, pttl} when someone else holds it, pttl being the lease left in ms
--- (-1: no expiry), which bounds how long a waiter sleeps; {3, pttl} when
+-- (-1: no expiry), which bounds how long a waiter sleeps, or when it is
+-- free but yielded to other clients for pttl ms more; {3, pttl} when
 -- someone else holds it although the owner expected to hold it already.
 -- A Redisson read-write lock at the key is refused with a WRONGTYPE error:
 -- its holders neither wait for our unlock message nor send one we hear.
@@ -48,6 +54,12 @@ if not held and not free then
 			mode .. ' lock (getReadWriteLock), not an RLock')
 	end
 end
+if free and not reentry and ARGV[4] ~= '' then
+	local yielded = redis.pcall('pttl', ARGV[4])
+	if type(yielded) == 'number' and yielded > 0 then
+		return {0, yielded}
+	end
+end
 if held or free then
 	local token = 0
 	if #KEYS > 1 then
@@ -60,8 +72,8 @@ if held or free then
 	-- tells the worker where in the announcements that read was; a
 	-- channel the user may not publish on costs the mark, not the lock
 	redis.call('pttl', KEYS[1])
-	if ARGV[5] then
-		redis.pcall('publish', ARGV[4], ARGV[5])
+	if ARGV[6] then
+		redis.pcall('publish', ARGV[5], ARGV[6])
 	end
 	if reentry and not held then
 		return {2, token}

@@ -38,6 +38,7 @@ static int	script_force;
 static int	script_holder;
 static int	script_probe;
 static int	script_transfer;
+static int	script_yield;
 
 static void
 plain_init(void)
@@ -50,6 +51,7 @@ plain_init(void)
 	script_holder = rlock_script_register("holder", holder_lua);
 	script_probe = rlock_script_register("probe", probe_lua);
 	script_transfer = rlock_script_register("transfer", transfer_lua);
+	script_yield = rlock_script_register("yield", yield_lua);
 }
 
 /*
@@ -106,7 +108,19 @@ plain_hand_off(RlockAmount left)
 }
 
 /*
- * EVALSHA acquire 1|2 key [token-key] lease owner target
+ * The yield mark of a key (palloc'd), and its length in *len.
+ */
+static char *
+plain_yield_name(const char *key, int keylen, int *len)
+{
+	char	   *name = palloc(RLOCK_CHANNEL_MAXLEN(keylen));
+
+	*len = rlock_yield_name(name, key, keylen);
+	return name;
+}
+
+/*
+ * EVALSHA acquire 1|2 key [token-key] lease owner target yield-mark|''
  */
 static void
 plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
@@ -119,8 +133,35 @@ plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 	rlock_args_int(args, lease_ms);
 	rlock_kind_owner(args, hold->owner_id);
 	rlock_args_int(args, target);
+	if (hold->waited)
+	{
+		int			len;
+		char	   *name = plain_yield_name(hold->key, hold->keylen, &len);
+
+		rlock_args_add(args, name, len);
+		pfree(name);
+	}
+	else
+		rlock_args_add(args, "", 0);
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
 	cmd->nelements = 2;
+}
+
+/*
+ * EVALSHA yield 0 yield-mark ms: the mark is no declared key (yield.lua)
+ */
+static void
+plain_yield(RlockArgs *args, RlockCmd *cmd, const char *key, int keylen,
+			int ms)
+{
+	int			len;
+	char	   *name = plain_yield_name(key, keylen, &len);
+
+	rlock_args_script(args, script_yield, 0);
+	rlock_args_add(args, name, len);
+	rlock_args_int(args, ms);
+	pfree(name);
+	cmd->shape = RLOCK_SHAPE_INTEGER;
 }
 
 static bool
@@ -338,6 +379,7 @@ const RlockKindMethod rlock_kind_plain = {
 	.hand_off = plain_hand_off,
 	.free_message = "0",
 	.release_heard = plain_release_heard,
+	.yield = plain_yield,
 	.acquire_rereads = true,
 	.transfer = plain_transfer,
 	.transfer_result = plain_transfer_result
