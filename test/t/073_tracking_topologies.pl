@@ -279,10 +279,12 @@ sub rlock_clients
 	}
 	return $n;
 }
-cmp_ok(rlock_clients(0), '>=', 3, 'rlock has connections to the primaries');
 my $s = $cnode->background_psql('postgres', on_error_stop => 0);
 $s->query_safe('\set VERBOSITY verbose');
+# keys on every primary: a connection to each
 $s->query_safe("SELECT rlock_is_locked('tc:warm:$_')") for 1 .. 20;
+ok(RlockTest::wait_until(sub { rlock_clients(0) >= 3 }, 10),
+	'rlock has connections to the primaries');
 is(rlock_clients(1), 0, 'none of them has tracking on');
 
 $watch = [ map { [ $_, $_->monitor ] } @primaries ];
