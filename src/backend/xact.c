@@ -156,6 +156,29 @@ rlock_warn_outside_block(LocalHold *lh)
 }
 
 /*
+ * Was a transaction-scoped hold handed over without waiting for Redis
+ * (worker/transfer.c), and its transfer is not answered yet?  Only a
+ * waiter whose check before commit was on is so, but the check may have
+ * been turned off since: its commit still waits for that answer.
+ */
+static bool
+rlock_xact_holds_unconfirmed(void)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &rlock_xact_holds)
+	{
+		LocalHold  *lh = dlist_container(LocalHold, xact_node, iter.cur);
+		RlockHold	h;
+
+		rlock_hold_read(lh->hold, &h);
+		if (rlock_hold_is_current(&h, lh->generation) && h.acquiring)
+			return true;
+	}
+	return false;
+}
+
+/*
  * PRE_COMMIT, PRE_PREPARE: before a transaction that holds
  * transaction-scoped locks commits, check them all in one round trip
  * (extending short leases to rlock.verify_margin), and refuse the commit
@@ -172,8 +195,9 @@ rlock_verify_before_commit(void)
 	int64		lost;
 
 	if (!dlist_is_empty(&rlock_xact_holds) &&
-		rlock_verify_at_commit != RLOCK_VERIFY_OFF &&
-		!rlock_xact_holds_vouched(rlock_verify_at_commit == RLOCK_VERIFY_ON))
+		(rlock_verify_at_commit != RLOCK_VERIFY_OFF ?
+		 !rlock_xact_holds_vouched(rlock_verify_at_commit == RLOCK_VERIFY_ON) :
+		 rlock_xact_holds_unconfirmed()))
 	{
 		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL,
 									false, GetCurrentTimestamp(),
