@@ -28,6 +28,10 @@
  *   lost, and B's commit fails with 40001, as if the lock had been
  *   removed right after a grant.  A transfer whose reply is lost, or that
  *   Redis refused, leaves B's hold lost as well; A's count is restated.
+ *   One refused for NOSCRIPT ran nothing and is sent again once the
+ *   scripts are loaded (transfer_again).  A commit whose check was
+ *   turned off after the grant still waits for the reply (backend/
+ *   xact.c).
  * - It is tried only when a commit would trust A's hold without asking:
  *   tracking armed and fresh, A's key tracked and unchanged since Redis
  *   confirmed it, A's lease beyond rlock.verify_margin (shared/vouch.c).
@@ -100,6 +104,41 @@ transfer_takes(WorkerReq *req, const RlockHold *from)
 }
 
 /*
+ * A transfer of the lock of the entry "from_index" to the entry "hold",
+ * which is to hold "target" for "lease_ms" after it: the command, ready
+ * to be sent on "conn".
+ */
+static WorkerCmd *
+transfer_cmd(RlockConn *conn, int from_index, int hold, int32 target,
+			 int64 lease_ms, RlockArgs **args)
+{
+	RlockHold  *h = rlock_hold(from_index);
+	const RlockKindMethod *kind = rlock_kinds[h->kind];
+	RlockKindHold from;
+	RlockKindHold to;
+	WorkerCmd  *wc;
+
+	from.key = h->key;
+	from.keylen = h->keylen;
+	from.owner_id = h->owner_id;
+	from.mode = h->mode;
+	from.waited = false;
+	to = from;
+	to.owner_id = rlock_hold(hold)->owner_id;
+
+	wc = worker_cmd_new(WORKER_CMD_TRANSFER);
+	wc->from_hold = from_index;
+	wc->hold = hold;
+	wc->target = target;
+	wc->lease_ms = lease_ms;
+	*args = worker_args();
+	kind->transfer(*args, &wc->cmd, &from, &to, target * kind->step,
+				   lease_ms);
+	rlock_track_mark_acquire(conn, wc, *args, false);
+	return wc;
+}
+
+/*
  * The release of the entry "index" (already counted as on its way by
  * rlock_hold_dequeue) frees its lock: send it as a transfer to the next
  * local waiter, if one may take it so, and grant that waiter now.  False
@@ -113,8 +152,6 @@ worker_send_transfer(int index)
 	RlockHold  *h = rlock_hold(index);
 	const RlockKindMethod *kind = rlock_kinds[h->kind];
 	RlockConn  *conn = worker_hold_conn(index);
-	RlockKindHold from;
-	RlockKindHold to;
 	WorkerReq  *req;
 	WorkerCmd  *wc;
 	RlockArgs  *args;
@@ -130,25 +167,11 @@ worker_send_transfer(int index)
 	if (!transfer_takes(req, h))
 		return false;
 
-	from.key = h->key;
-	from.keylen = h->keylen;
-	from.owner_id = h->owner_id;
-	from.mode = h->mode;
-	from.waited = false;
-	to = from;
-	to.owner_id = req->args.owner_id;
-
-	wc = worker_cmd_new(WORKER_CMD_TRANSFER);
-	wc->from_hold = index;
-	wc->hold = req->args.hold;
+	wc = transfer_cmd(conn, index, req->args.hold,
+					  rlock_hold_acquire_begin(req->args.hold),
+					  worker_lease(req->args.lease_ms), &args);
 	wc->slot = slot;
 	wc->seq = req->seq;
-	wc->target = rlock_hold_acquire_begin(wc->hold);
-	wc->lease_ms = worker_lease(req->args.lease_ms);
-	args = worker_args();
-	kind->transfer(args, &wc->cmd, &from, &to, wc->target * kind->step,
-				   wc->lease_ms);
-	rlock_track_mark_acquire(conn, wc, args, false);
 	if (!worker_cmd_send(conn, wc, args))
 	{
 		(void) rlock_hold_refuse(req->args.hold, false, false);
@@ -168,6 +191,34 @@ worker_send_transfer(int index)
 }
 
 /*
+ * Redis had lost the transfer script (SCRIPT FLUSH): it ran nothing, and
+ * the waiter was granted already.  Send the transfer again once the
+ * scripts are loaded, as a refused acquire or release is sent again,
+ * rather than fail the waiter's commit for a lock nobody took.  The
+ * grant's lease still counts from the first sending.  False if it cannot
+ * go now (a server that forgot the scripts again within a second).
+ */
+static bool
+transfer_again(RlockConn *conn, WorkerCmd *old, const RlockReply *reply)
+{
+	WorkerCmd  *wc;
+	RlockArgs  *args;
+
+	if (reply == NULL || reply->type != RLOCK_REPLY_ERROR ||
+		rlock_reply_classify(reply) != RLOCK_REPLY_NOSCRIPT ||
+		!rlock_scripts_reload(conn, &old->cmd))
+		return false;
+	wc = transfer_cmd(conn, old->from_hold, old->hold, old->target,
+					  old->lease_ms, &args);
+	wc->slot = old->slot;
+	wc->seq = old->seq;
+	if (!worker_cmd_send(conn, wc, args))
+		return false;
+	rlock_track_answered(conn, old, false);
+	return true;
+}
+
+/*
  * The reply to a transfer: the giver's release is answered as a release
  * would be; the taker's grant stands, or its hold is lost.  When the lock
  * did not change hands it may be free: a waiter of the line tries.
@@ -179,6 +230,8 @@ worker_transfer_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	bool		moved = false;
 	int			heard = -1;
 
+	if (transfer_again(conn, wc, reply))
+		return;
 	if (reply != NULL && reply->type != RLOCK_REPLY_ERROR &&
 		!rlock_kinds[h->kind]->transfer_result(reply, &moved, &heard))
 	{
