@@ -541,7 +541,15 @@ rlock_local_drop_lost(LocalHold *lh, int32 *nxact, int32 *nsession)
 
 	*nxact = 0;
 	*nsession = 0;
-	if (!lh->pinned || !rlock_hold_take_loss(lh->hold))
+
+	/*
+	 * With no holds here yet, a loss is of the grant on its way to this
+	 * session: one a transfer made before Redis answered it, and then
+	 * found void (worker/transfer.c).  It stays marked, to be taken once
+	 * the grant is counted.
+	 */
+	if (!lh->pinned || lh->xact_count + lh->session_count == 0 ||
+		!rlock_hold_take_loss(lh->hold))
 		return 0;
 
 	subid = rlock_local_outer_subid(lh);

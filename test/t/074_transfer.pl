@@ -11,8 +11,10 @@
 #   commit is vouched for, as doc/leases.md says of SWAPDB): the waiter
 #   was granted, its transaction runs, and its COMMIT fails with 40001,
 #   with rlock.verify_at_commit = lease too (whose commit would otherwise
-#   trust the grant's lease); the lock is left to nobody, and the line
-#   goes on;
+#   trust the grant's lease), also when the worker has the transfer's
+#   answer before the waiter's backend goes on (stopped meanwhile: the
+#   loss must not be taken for one of holds the session had before); the
+#   lock is left to nobody, and the line goes on;
 # - waiters that may not be handed a lock unseen go the usual way, a
 #   release and then an acquire: a session-scoped waiter (no commit checks
 #   it), a waiter whose rlock.verify_at_commit is off, a waiter asking for
@@ -130,23 +132,45 @@ is($redis->cmd('EXISTS', $key), 0, 'the lock is free at the end');
 #---- the source hold gone, unannounced ----
 
 my ($mon, $out, $err);
-for my $mode ('on', 'lease')
+my $b_pid = $b->query_safe('SELECT pg_backend_pid()');
+END { kill 'CONT', $b_pid if $b_pid }
+sub lost_count { return $node->safe_psql('postgres', 'SELECT lost FROM rlock_stats') }
+# off: turned off by the waiter after its grant (a superuser may)
+for my $case ([ 'on', 0 ], [ 'lease', 0 ], [ 'on', 1 ], [ 'lease', 1 ], [ 'off', 1 ])
 {
-	$key = "xfer:gone:$mode";
+	my ($how, $late) = @$case;
+	# late: the waiter's backend is stopped until the worker has the
+	# transfer's answer, so that the loss is there before the session
+	# counts its grant
+	my $mode = $how . ($late ? ', answered late' : '');
+	$key = "xfer:gone:$how:$late";
 	queue_behind($key, $a, $b,
-		"SET LOCAL rlock.verify_at_commit = $mode; SELECT rlock_try('$key', '30 s')");
+		'SET LOCAL rlock.verify_at_commit = ' . ($how eq 'off' ? 'on' : $how)
+		  . "; SELECT rlock_try('$key', '30 s')");
 	$mon = $redis->monitor;
+	my $lost = lost_count();
+	kill 'STOP', $b_pid if $late;
 	$redis->cmd('SWAPDB', 0, 1);
 	$a->query_safe('COMMIT');
 	is($a->{stderr}, '', "[$mode] the holder commits: Redis announced nothing");
+	if ($late)
+	{
+		ok(RlockTest::wait_until(sub { lost_count() > $lost }, 10),
+			"[$mode] the transfer found the holder gone before the waiter went on");
+		kill 'CONT', $b_pid;
+	}
 	($out, $err) = RlockTest::collect($b);
 	is($out, 't', "[$mode] the waiter was granted at once");
+	$b->query_safe('SET LOCAL rlock.verify_at_commit = off') if $how eq 'off';
 	$b->query_safe("SELECT 1");
 	$b->query('COMMIT');
-	like($b->{stderr}, qr/40001.*lock "\Q$key\E" was lost/s,
-		"[$mode] its commit fails with 40001: the transfer found the holder gone");
+	my $commit_err = $b->{stderr};
 	$b->{stderr} = '';
-	$ran = scripts_on($key, $mon->drain(0.3));
+	my @lines = $mon->drain(0.3);
+	$ran = scripts_on($key, @lines);
+	like($commit_err, qr/40001.*lock "\Q$key\E" was lost/s,
+		"[$mode] its commit fails with 40001: the transfer found the holder gone")
+	  or diag("scripts run: $ran\n" . join("\n", @lines));
 	like($ran, qr/^transfer\b/, "[$mode] it was a transfer");
 	unlike($ran, qr/acquire/, "[$mode] and nobody was granted the lock in its place");
 	is($redis->cmd('EXISTS', $key), 0, "[$mode] nothing was written where the lock was");
