@@ -19,7 +19,8 @@
  * in shared memory with 0 for "not armed".
  *
  * Which announcements came after a hold was read is told by marks.  An
- * acquire sent under tracking carries a number (its mark) and a random
+ * acquire (or a transfer, for the hold it hands the lock to: transfer.c)
+ * sent under tracking carries a number (its mark) and a random
  * tag, and its script, when it grants, reads the key last (tracked again
  * after its own write) and then publishes both on the marks channel.  The
  * channel's name is no secret (PUBSUB CHANNELS lists it) and anyone may
