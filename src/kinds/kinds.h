@@ -177,7 +177,7 @@ typedef struct RlockKindMethod
 	 * Optional (NULL: never): hand a lock a release of "from" would free
 	 * straight to "to", who is left holding "amount" with a lease, in one
 	 * command that leaves the key held throughout and publishes nothing
-	 * (worker/releases.c).  Its script follows acquire_rereads's rules for
+	 * (worker/transfer.c).  Its script follows acquire_rereads's rules for
 	 * the taker and publishes the mark the worker adds as two more
 	 * arguments.  Never used in a Redis Cluster.
 	 */

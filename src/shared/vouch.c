@@ -2,9 +2,10 @@
  *
  * vouch.c
  *		When what Redis last said of a hold may stand for asking again:
- *		the check before commit (backend/xact.c) and the worker's hand-off
- *		of a lock without waiting for Redis (worker/releases.c) ask the
- *		same questions of the same shared state.
+ *		the check before commit (backend/xact.c), the worker's answer to
+ *		a check (worker/send.c) and its hand-off of a lock without
+ *		waiting for Redis (worker/transfer.c) ask the same questions of
+ *		the same shared state.
  *
  * First of the whole instance (rlock_vouching): the command connection
  * answered lately, and, under client-side tracking (worker/track.c),

@@ -244,9 +244,9 @@ worker_send_release(int index, int32 target, int64 lease_ms)
  * The release just sent frees the lock for other clients while this
  * instance's line holds back: rlock's waiters elsewhere, woken by the
  * same unlock message, would take it first (their tries are quicker than
- * most clients'), so the lock is marked yielded for as long, right behind
- * the release.  Redis runs the two back to back: nothing another client
- * sends comes between.
+ * most clients'), so the lock is marked yielded for RLOCK_YIELD_MS, right
+ * behind the release.  Redis runs the two back to back: nothing another
+ * client sends comes between.
  */
 static void
 worker_send_yield(RlockConn *conn, RlockKind kind, const char *key, int keylen)

@@ -296,10 +296,11 @@ worker_send_acquire(WorkerReq *req)
 /*
  * Would a commit now trust every hold of the VERIFY's owner without
  * asking (shared/vouch.c), by its backend's rlock.verify_at_commit and
- * rlock.verify_window (args.fresh_after)?  Its backend asked because something was
- * still on the wire for one of them, most often a transfer handing it
- * the lock (transfer.c), or because a grant's mark had not come yet; a
- * VERIFY is sent only once no acquire of the owner is on the wire.
+ * rlock.verify_window (args.fresh_after)?  Its backend asked because
+ * something was still on the wire for one of them, most often a transfer
+ * handing it the lock (transfer.c), or because a grant's mark had not
+ * come yet; a VERIFY is sent only once no acquire of the owner is on the
+ * wire.
  */
 static bool
 worker_verify_vouched(WorkerReq *req)

@@ -157,14 +157,14 @@ worker_send_transfer(int index)
 	RlockArgs  *args;
 	int			slot;
 
-	if (kind->transfer == NULL || kind->hand_off(0) != 1 ||
-		!transfer_vouched(index))
+	/* a waiter first: most releases have none, and that costs no clock */
+	if (kind->transfer == NULL || kind->hand_off(0) != 1)
 		return false;
 	slot = rlock_waiters_next(h->kind, h->key, h->keylen);
 	if (slot < 0)
 		return false;
 	req = worker_req(slot);
-	if (!transfer_takes(req, h))
+	if (!transfer_takes(req, h) || !transfer_vouched(index))
 		return false;
 
 	wc = transfer_cmd(conn, index, req->args.hold,

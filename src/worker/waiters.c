@@ -567,6 +567,26 @@ waiters_echo_weight(WaitGroup *g)
 }
 
 /*
+ * Has the line run its rlock.handoff_limit hand-offs while someone else
+ * listened, so that the next release frees the lock for everyone?
+ */
+static bool
+waiters_run_over(WaitGroup *g)
+{
+	return g->others && rlock_handoff_limit > 0 &&
+		g->run >= rlock_handoff_limit;
+}
+
+/*
+ * Does the line hold back for other clients now?
+ */
+static bool
+waiters_backing(WaitGroup *g)
+{
+	return g->back_until != 0 && GetCurrentTimestamp() < g->back_until;
+}
+
+/*
  * The line of a key has been handed the lock rlock.handoff_limit times in
  * a row while other clients listened: this release frees it for every
  * client instead.  The line holds back for RLOCK_HOLD_BACK_MS, time for a
@@ -639,8 +659,7 @@ rlock_waiters_hand_off(RlockKind kind, const char *key, int keylen, int n)
 
 	if (g == NULL)
 		return 0;
-	if (g->others && rlock_handoff_limit > 0 &&
-		g->run >= rlock_handoff_limit && waiters_hold_back(g, key, keylen))
+	if (waiters_run_over(g) && waiters_hold_back(g, key, keylen))
 		return 0;
 	if (!waiters_wake(g, n, key, keylen))
 	{
@@ -673,10 +692,7 @@ rlock_waiters_next(RlockKind kind, const char *key, int keylen)
 	WaitGroup  *g = waiters_find_key(kind, key, keylen);
 	dlist_iter	iter;
 
-	if (g == NULL ||
-		(g->others && rlock_handoff_limit > 0 &&
-		 g->run >= rlock_handoff_limit) ||
-		(g->back_until != 0 && GetCurrentTimestamp() < g->back_until))
+	if (g == NULL || waiters_run_over(g) || waiters_backing(g))
 		return -1;
 	dlist_foreach(iter, &g->waiters)
 	{
@@ -696,8 +712,7 @@ rlock_waiters_holding_back(RlockKind kind, const char *key, int keylen)
 {
 	WaitGroup  *g = waiters_find_key(kind, key, keylen);
 
-	return g != NULL && g->back_until != 0 &&
-		GetCurrentTimestamp() < g->back_until;
+	return g != NULL && waiters_backing(g);
 }
 
 /*

@@ -19,17 +19,22 @@
 #   release and then an acquire: a session-scoped waiter (no commit checks
 #   it), a waiter whose rlock.verify_at_commit is off, a waiter asking for
 #   a fencing token (only Redis counts it);
+# - the waiter's commit reaching the worker while the transfer waits in
+#   Redis (CLIENT PAUSE WRITE): the worker answers the check once the
+#   transfer is in, without a verify round trip (one of three at least);
+# - a yield mark set for a minute by someone else does not keep a waiter
+#   off a free lock (rlock's own last 1 ms);
 # - a chain: four sessions in turn on one key, every release a transfer,
 #   the counter exact.
 use strict;
 use warnings;
 
-use Digest::SHA qw(sha1_hex);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
 use RlockTest::Redis;
 use RlockTest::TLS;
+use RlockTest::Transfer qw(plain_shas session line_up scripts_on chain);
 
 plan skip_all => 'the hand-off does not depend on TLS: the plain round runs this'
   if RlockTest::TLS::everywhere();
@@ -42,67 +47,17 @@ my $node = RlockTest::node('transfer', $redis,
 			  'log_min_messages = warning' ]);
 ok(RlockTest::wait_for_redis($node, 15), 'rlock is connected');
 
-my %sha = map {
-	$_ => sha1_hex(RlockTest::script_text(
-			($ENV{TESTDIR} // '.') . "/src/kinds/plain/$_.lua"))
-} qw(acquire release transfer verify);
-
-sub session
-{
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe('\set VERBOSITY verbose');
-	return $s;
-}
-
-sub waiting
-{
-	my ($key) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM rlock_locks WHERE key = '$key' AND state = 'waiting'");
-}
-
-# The scripts Redis ran on $key among MONITOR lines, in order, by name
-# (transfer, release, acquire, verify; a PUBLISH of an unlock message on
-# the key's channel as publish)
-sub scripts_on
-{
-	my ($key, @lines) = @_;
-	my %name = reverse %sha;
-	my @seen;
-	for my $line (@lines)
-	{
-		next unless $line =~ /^[\d.]+ \[\d+ ([\d.:a-z]+)\] (.*)$/;
-		my ($client, $rest) = ($1, $2);
-		my @args = $rest =~ /"((?:[^"\\]|\\.)*)"/g;
-		if ($client eq 'lua' && lc($args[0]) eq 'publish'
-			&& $args[1] eq "redisson_lock__channel:{$key}")
-		{
-			push @seen, 'publish';
-		}
-		elsif ($client ne 'lua' && $args[0] eq 'EVALSHA'
-			&& ($args[3] // '') eq $key && $name{ $args[1] })
-		{
-			push @seen, $name{ $args[1] };
-		}
-	}
-	return join(' ', @seen);
-}
+my %sha = plain_shas(qw(acquire release transfer verify));
 
 # $holder holds $key in a transaction; $waiter asks for it with $ask and
-# queues.  Returns once it waits.
+# queues
 sub queue_behind
 {
 	my ($key, $holder, $waiter, $ask) = @_;
-	$holder->query_safe('BEGIN');
-	$holder->query_safe("SELECT rlock_try('$key')") eq 't'
-	  or die "$key is not free";
-	$waiter->query_safe('BEGIN') unless $ask =~ /session/;
-	RlockTest::send_query($waiter, "$ask;");
-	RlockTest::wait_until(sub { waiting($key) == 1 }, 10)
-	  or die "the waiter did not queue for $key";
+	line_up($node, $key, $ask, $holder, $waiter);
 }
 
-my ($a, $b, $c, $d) = map { session() } 1 .. 4;
+my ($a, $b, $c, $d) = map { session($node) } 1 .. 4;
 
 #---- a transfer ----
 
@@ -119,7 +74,7 @@ for my $try (1 .. 3)
 	$b->query_safe('SELECT pg_sleep(0.05)');
 	$b->query_safe('COMMIT');
 	is($b->{stderr}, '', "[$try] and commits");
-	$ran = scripts_on($key, $mon->drain(0.3));
+	$ran = scripts_on(\%sha, $key, $mon->drain(0.3));
 	like($ran, qr/^transfer( verify)? release publish$/,
 		"[$try] the release and the grant are one transfer; the waiter's own release frees the lock");
 	$unverified++ if $ran !~ /verify/;
@@ -128,6 +83,34 @@ for my $try (1 .. 3)
 cmp_ok($unverified, '>=', 1,
 	'a commit after a transfer needs no verify round trip (one of three at least)');
 is($redis->cmd('EXISTS', $key), 0, 'the lock is free at the end');
+
+#---- a commit that reaches the worker before its transfer's answer ----
+
+# The transfer is held in Redis (CLIENT PAUSE WRITE) while the waiter,
+# granted, commits: the commit's check waits in the worker for the
+# transfer's answer and is then answered there, without a verify round
+# trip, once tracking vouches for the hold (its mark read), in one of
+# three runs at least.
+$key = 'xfer:early';
+$unverified = 0;
+for my $try (1 .. 3)
+{
+	queue_behind($key, $a, $b, "SELECT rlock_try('$key', '30 s')");
+	my $mon = $redis->monitor;
+	$redis->cmd('CLIENT', 'PAUSE', 300, 'WRITE');
+	$a->query_safe('COMMIT');
+	my ($out, $err) = RlockTest::collect($b);
+	is($out, 't', "[early $try] the waiter is granted while the transfer waits in Redis")
+	  or diag($err);
+	$b->query('COMMIT');
+	is($b->{stderr}, '', "[early $try] and commits once it is answered");
+	$b->{stderr} = '';
+	$ran = scripts_on(\%sha, $key, $mon->drain(0.3));
+	like($ran, qr/^transfer( verify)? release publish$/, "[early $try] one transfer ($ran)");
+	$unverified++ if $ran !~ /verify/;
+}
+cmp_ok($unverified, '>=', 1,
+	'a commit that waited for its transfer is answered by the worker without a verify (one of three at least)');
 
 #---- the source hold gone, unannounced ----
 
@@ -167,7 +150,7 @@ for my $case ([ 'on', 0 ], [ 'lease', 0 ], [ 'on', 1 ], [ 'lease', 1 ], [ 'off',
 	my $commit_err = $b->{stderr};
 	$b->{stderr} = '';
 	my @lines = $mon->drain(0.3);
-	$ran = scripts_on($key, @lines);
+	$ran = scripts_on(\%sha, $key, @lines);
 	like($commit_err, qr/40001.*lock "\Q$key\E" was lost/s,
 		"[$mode] its commit fails with 40001: the transfer found the holder gone")
 	  or diag("scripts run: $ran\n" . join("\n", @lines));
@@ -185,6 +168,22 @@ $a->query_safe('COMMIT');
 is($out, 't', 'the key serves the next pair');
 $b->query_safe('COMMIT');
 is($b->{stderr}, '', 'which commits');
+
+#---- a yield mark nobody should honour ----
+
+# rlock's own yield marks last 1 ms; a waiter's try ignores one set for
+# longer (by anyone who may write the key), so that it cannot keep
+# waiters off a free lock: the session-scoped waiter (no transfer) is
+# handed the free lock although rlock_yield:{key} is set for a minute.
+$key = 'xfer:yield';
+queue_behind($key, $a, $b, "SELECT rlock_session_try('$key', '3 s')");
+$redis->cmd('SET', "rlock_yield:{$key}", '1', 'PX', 60000);
+$a->query_safe('COMMIT');
+($out, $err) = RlockTest::collect($b);
+is($out, 't', 'a yield mark of a minute does not keep the waiter off the free lock')
+  or diag($err);
+$b->query_safe("SELECT rlock_session_release('$key')");
+$redis->cmd('DEL', "rlock_yield:{$key}");
 
 #---- waiters that go the usual way ----
 
@@ -204,7 +203,7 @@ for my $case (
 	($out, $err) = RlockTest::collect($b);
 	is($out, 't', "$what is granted") or diag($err);
 	$b->query_safe($end);
-	$ran = scripts_on($k, $mon->drain(0.3));
+	$ran = scripts_on(\%sha, $k, $mon->drain(0.3));
 	like($ran, qr/^release publish acquire\b/,
 		"$what: a release, then its try ($ran)");
 	unlike($ran, qr/transfer/, "$what: no transfer");
@@ -215,39 +214,10 @@ for my $case (
 
 $key = 'xfer:chain';
 $node->safe_psql('postgres', 'CREATE TABLE chain (n int); INSERT INTO chain VALUES (0)');
-my @line = ($a, $b, $c, $d);
-$line[0]->query_safe('BEGIN');
-$line[0]->query_safe("SELECT rlock_try('$key')");
-for my $i (1 .. 3)
-{
-	$line[$i]->query_safe('BEGIN');
-	RlockTest::send_query($line[$i], "SELECT rlock_try('$key', '30 s');");
-	RlockTest::wait_until(sub { waiting($key) == $i }, 10)
-	  or die "session $i did not queue";
-}
+line_up($node, $key, undef, $a, $b, $c, $d);
 $mon = $redis->monitor;
-# twelve sections: a holder queues again while fewer than twelve are
-# promised (granted or waiting)
-my $promised = 4;
-while (@line)
-{
-	my $s = shift @line;
-	$s->query_safe('UPDATE chain SET n = n + 1');
-	$s->query_safe('COMMIT');
-	if (@line)
-	{
-		my ($got, $e) = RlockTest::collect($line[0]);
-		die "the next was not granted: $e" unless $got eq 't';
-	}
-	next if $promised == 12;
-	$s->query_safe('BEGIN');
-	RlockTest::send_query($s, "SELECT rlock_try('$key', '30 s');");
-	RlockTest::wait_until(sub { waiting($key) == @line }, 10)
-	  or die 'the holder did not queue again';
-	push @line, $s;
-	$promised++;
-}
-$ran = scripts_on($key, $mon->drain(0.3));
+is(chain($node, $key, 12, $a, $b, $c, $d), '', 'twelve sections commit');
+$ran = scripts_on(\%sha, $key, $mon->drain(0.3));
 my $transfers = () = $ran =~ /transfer/g;
 is($transfers, 11, 'eleven hand-offs in a chain, each one transfer');
 unlike($ran, qr/acquire/, 'and no try in between');

@@ -21,7 +21,6 @@
 use strict;
 use warnings;
 
-use Digest::SHA qw(sha1_hex);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
@@ -30,6 +29,7 @@ use RlockTest::ACL;
 use RlockTest::Redis;
 use RlockTest::Resp;
 use RlockTest::TLS;
+use RlockTest::Transfer qw(plain_shas session line_up scripts_on chain);
 
 plan skip_all => 'the hand-off does not depend on TLS: the plain round runs this'
   if RlockTest::TLS::everywhere();
@@ -50,67 +50,15 @@ ok(RlockTest::wait_for_redis($node, 15), 'rlock is connected as the documented u
 isnt($redis->cmd('ACL', 'DRYRUN', RlockTest::ACL::user(), 'PUBSUB', 'NUMSUB', 'c'), 'OK',
 	'which may not ask PUBSUB NUMSUB');
 
-my %sha = map {
-	$_ => sha1_hex(RlockTest::script_text(
-			($ENV{TESTDIR} // '.') . "/src/kinds/plain/$_.lua"))
-} qw(acquire release transfer verify);
+my %sha = plain_shas(qw(acquire release transfer verify));
 
-sub session
-{
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe('\set VERBOSITY verbose');
-	return $s;
-}
-
-sub waiting
-{
-	my ($key) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM rlock_locks WHERE key = '$key' AND state = 'waiting'");
-}
-
-# The scripts Redis ran on $key among MONITOR lines, in order, by name,
-# and a PUBLISH of an unlock message on its channel as publish
-sub scripts_on
-{
-	my ($key, @lines) = @_;
-	my %name = reverse %sha;
-	my @seen;
-	for my $line (@lines)
-	{
-		next unless $line =~ /^[\d.]+ \[\d+ ([\d.:a-z]+)\] (.*)$/;
-		my ($client, $rest) = ($1, $2);
-		my @args = $rest =~ /"((?:[^"\\]|\\.)*)"/g;
-		if ($client eq 'lua' && lc($args[0]) eq 'publish'
-			&& $args[1] eq "redisson_lock__channel:{$key}")
-		{
-			push @seen, 'publish';
-		}
-		elsif ($client ne 'lua' && $args[0] eq 'EVALSHA'
-			&& ($args[3] // '') eq $key && $name{ $args[1] })
-		{
-			push @seen, $name{ $args[1] };
-		}
-	}
-	return join(' ', @seen);
-}
-
-my @s = map { session() } 1 .. 3;
+my @s = map { session($node) } 1 .. 3;
 
 #---- a chain as the documented user, another client listening ----
 
 my $key = 'review:chain';
 $node->safe_psql('postgres', 'CREATE TABLE chain (n int); INSERT INTO chain VALUES (0)');
-my @line = @s;
-$line[0]->query_safe('BEGIN');
-$line[0]->query_safe("SELECT rlock_try('$key')") eq 't' or die "$key is busy";
-for my $i (1 .. 2)
-{
-	$line[$i]->query_safe('BEGIN');
-	RlockTest::send_query($line[$i], "SELECT rlock_try('$key', '30 s');");
-	RlockTest::wait_until(sub { waiting($key) == $i }, 10)
-	  or die "session $i did not queue";
-}
+line_up($node, $key, undef, @s);
 ok(RlockTest::wait_for_subscribers($redis, $key, 1, 10), 'the line subscribed');
 my $other = RlockTest::Resp->connect($redis->port);
 $other->call('SUBSCRIBE', "redisson_lock__channel:{$key}");
@@ -118,32 +66,11 @@ ok(RlockTest::wait_for_subscribers($redis, $key, 2, 10),
 	'and one other client listens');
 
 my $mon = $redis->monitor;
-my $failed = '';
-my $promised = 3;
-while (@line)
-{
-	my $h = shift @line;
-	$h->query_safe('UPDATE chain SET n = n + 1');
-	$h->query('COMMIT');
-	$failed ||= $h->{stderr};
-	$h->{stderr} = '';
-	if (@line)
-	{
-		my ($got, $e) = RlockTest::collect($line[0]);
-		die "the next was not granted: $e" unless $got eq 't';
-	}
-	next if $promised == 12;
-	$h->query_safe('BEGIN');
-	RlockTest::send_query($h, "SELECT rlock_try('$key', '30 s');");
-	RlockTest::wait_until(sub { waiting($key) == @line }, 10)
-	  or die 'the holder did not queue again';
-	push @line, $h;
-	$promised++;
-}
+my $failed = chain($node, $key, 12, @s);
 is($failed, '', 'every section commits');
 is($node->safe_psql('postgres', 'SELECT n FROM chain'), 12,
 	'twelve sections, the counter exact');
-my $ran = scripts_on($key, $mon->drain(0.3));
+my $ran = scripts_on(\%sha, $key, $mon->drain(0.3));
 like($ran, qr/transfer/, "the hand-offs went as transfers ($ran)");
 unlike($ran, qr/(transfer (verify )?){5}/,
 	'no more than rlock.handoff_limit transfers in a row while another client listens');
@@ -153,12 +80,7 @@ $other->call('UNSUBSCRIBE');
 
 my ($a, $b) = @s;
 $key = 'review:off';
-$a->query_safe('BEGIN');
-$a->query_safe("SELECT rlock_try('$key')") eq 't' or die "$key is busy";
-$b->query_safe('BEGIN');
-RlockTest::send_query($b, "SELECT rlock_try('$key', '30 s');");
-RlockTest::wait_until(sub { waiting($key) == 1 }, 10)
-  or die 'the waiter did not queue';
+line_up($node, $key, undef, $a, $b);
 $mon = $redis->monitor;
 # the holder's lock moves away unannounced, and the transfer waits in Redis
 $redis->cmd('SWAPDB', 0, 1);
@@ -175,7 +97,7 @@ like($b->{stderr}, qr/40001.*lock "\Q$key\E" was lost/s,
 	'its commit with the check off fails with 40001: the transfer found the holder gone');
 ok($before_reply, 'the commit was made while the transfer was still held back');
 $b->{stderr} = '';
-$ran = scripts_on($key, $mon->drain(0.3));
+$ran = scripts_on(\%sha, $key, $mon->drain(0.3));
 like($ran, qr/^transfer\b/, "it was a transfer ($ran)");
 is($redis->cmd('EXISTS', $key), 0, 'nothing was written where the lock was');
 $redis->cmd('SWAPDB', 0, 1);
@@ -184,12 +106,7 @@ $redis->cmd('DEL', $key);
 #---- the scripts flushed before a transfer ----
 
 $key = 'review:flush';
-$a->query_safe('BEGIN');
-$a->query_safe("SELECT rlock_try('$key')") eq 't' or die "$key is busy";
-$b->query_safe('BEGIN');
-RlockTest::send_query($b, "SELECT rlock_try('$key', '30 s');");
-RlockTest::wait_until(sub { waiting($key) == 1 }, 10)
-  or die 'the waiter did not queue';
+line_up($node, $key, undef, $a, $b);
 $mon = $redis->monitor;
 $redis->cmd('SCRIPT', 'FLUSH');
 $a->query_safe('COMMIT');
@@ -199,7 +116,7 @@ $b->query_safe('SELECT 1');
 $b->query('COMMIT');
 is($b->{stderr}, '', '[flush] and commits: the transfer was sent again');
 $b->{stderr} = '';
-$ran = scripts_on($key, $mon->drain(0.3));
+$ran = scripts_on(\%sha, $key, $mon->drain(0.3));
 like($ran, qr/^transfer transfer\b/, "[flush] refused, then sent again ($ran)");
 unlike($ran, qr/acquire/, '[flush] nobody tried in between');
 is($redis->cmd('EXISTS', $key), 0, '[flush] the lock is free at the end');

@@ -10,7 +10,9 @@
 --          else '': while the mark lasts, a free lock is left to other
 --          clients (worker/waiters.c); not a declared key, and read under
 --          pcall, so that a user whose ACL does not name it, or a slot on
---          the move, only loses the pause
+--          the move, only loses the pause; a mark set for longer than
+--          100 ms is none of the worker's (it sets 1 ms) and is ignored,
+--          so that nobody can keep waiters off a free lock with one
 -- ARGV[5]  optional: the worker's channel of marks (worker/track.c)
 -- ARGV[6]  with it: this acquire's mark (a number and a random tag),
 --          published there as it is when it grants
@@ -56,7 +58,7 @@ if not held and not free then
 end
 if free and not reentry and ARGV[4] ~= '' then
 	local yielded = redis.pcall('pttl', ARGV[4])
-	if type(yielded) == 'number' and yielded > 0 then
+	if type(yielded) == 'number' and yielded > 0 and yielded <= 100 then
 		return {0, yielded}
 	end
 end

@@ -1,6 +1,6 @@
 -- Hand a Redisson RLock from one owner of this instance to the next in
 -- one step: the key is never free, so no other client can take it in
--- between and no unlock message is needed (worker/releases.c).
+-- between and no unlock message is needed (worker/transfer.c).
 --
 -- KEYS[1]  the lock
 -- KEYS[2]  its unlock channel, only counted (the worker never hands a lock
