@@ -37,9 +37,10 @@ use Time::HiRes qw(time);
 my $interop = Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../../interop');
 
 # The Redisson versions every interoperability case runs against: the
-# newest 3.x, and the line before the batched watchdog (3.44), the script
-# cache default (3.46) and the unlock latch (3.24).
-our @VERSIONS = ('3.52.0', '3.23.5');
+# newest release, the newest 3.x, and the line before the batched
+# watchdog (3.44), the script cache default (3.46) and the unlock latch
+# (3.24).
+our @VERSIONS = ('4.7.0', '3.52.0', '3.23.5');
 
 # Build the drivers for a Redisson version, and for a Spring Framework
 # version other than the one pom.xml names if $spring is given (once per
