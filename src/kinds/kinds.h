@@ -54,6 +54,10 @@ typedef struct RlockAcquired
 	int64		value;			/* granted: the fencing token (0: none);
 								 * else the lease left in ms (-1: none,
 								 * -2: the key is gone) */
+	int			blocker;		/* not granted: 0 if the holder's release
+								 * publishes on the kind's channel, else
+								 * which other kind of lock of the family
+								 * holds it (its blocker_channel) */
 } RlockAcquired;
 
 /* What a release's reply says */
@@ -143,8 +147,14 @@ typedef struct RlockKindMethod
 	 * written to buf (room for RLOCK_CHANNEL_MAXLEN(keylen)); its length.
 	 */
 	int			(*channel) (char *buf, const char *key, int keylen);
-	/* how many waiters a message on that channel retries: RLOCK_WAKE_ALL
-	 * for every one, 0 for none */
+	/* optional: where the holder a busy reply named (blocker, not 0)
+	 * publishes its releases, written to buf as channel does; 0 if
+	 * nowhere the waiters could listen.  The waiters of the key listen
+	 * there too, for as long as they wait (worker/waiters.c). */
+	int			(*blocker_channel) (char *buf, const char *key, int keylen,
+									int blocker);
+	/* how many waiters a message on that channel, or on a blocker's,
+	 * retries: RLOCK_WAKE_ALL for every one, 0 for none */
 	int			(*wake) (const char *payload, int len);
 	/* how many local waiters of the key a release of this instance that
 	 * leaves the owner "left" hands the lock to, right behind it */

@@ -14,8 +14,16 @@
 --
 -- rlock_free(at) deletes the lock KEYS[1] and publishes "0" on its
 -- channel (KEYS[2] where channels are keys), as Redisson's unlock does:
--- that wakes Redisson's waiters and rlock's alike.  Returns how many
--- subscribers the message reached.
+-- that wakes Redisson's waiters and rlock's alike.  It then tells the
+-- rest of the family that may wait for the name (rlock_tell_family):
+-- "1" on redisson_rwlock:{name}, where the waiters of a Redisson
+-- read-write lock listen ("1" lets every one of them try: readers may
+-- all enter), and "0" on the channel of the first owner queued for a
+-- Redisson fair lock of the name (redisson_lock_queue:{name}), as a
+-- fair unlock tells its queue's head.  Those channels and the queue are
+-- no declared keys (the slot is the lock's; Redisson's own scripts name
+-- other readers' keys so), and a command the user may not run costs only
+-- that message.  Returns how many subscribers the messages reached.
 --
 -- Included on one line (see embed-lua): no comment after code here.
 local function rlock_publish(k, at, message)
@@ -34,7 +42,35 @@ local function rlock_publish(k, at, message)
 	end
 	return heard
 end
+local function rlock_derived(prefix, name)
+	if string.find(name, '{', 1, true) then
+		return prefix .. name
+	end
+	return prefix .. '{' .. name .. '}'
+end
+local function rlock_publish_to(at, channel, message)
+	local heard = 0
+	for _, command in ipairs({ARGV[at], ARGV[at + 2]}) do
+		local n = redis.pcall(command, channel, message)
+		if type(n) == 'number' then
+			heard = heard + n
+		end
+	end
+	return heard
+end
+local function rlock_tell_family(at)
+	local heard = rlock_publish_to(at,
+		rlock_derived('redisson_rwlock:', KEYS[1]), '1')
+	local head = redis.pcall('lindex',
+		rlock_derived('redisson_lock_queue:', KEYS[1]), 0)
+	if type(head) == 'string' then
+		heard = heard + rlock_publish_to(at,
+			rlock_derived('redisson_lock__channel:', KEYS[1]) .. ':' .. head,
+			'0')
+	end
+	return heard
+end
 local function rlock_free(at)
 	redis.call('del', KEYS[1])
-	return rlock_publish(2, at, '0')
+	return rlock_publish(2, at, '0') + rlock_tell_family(at)
 end

@@ -31,6 +31,7 @@
 #define RLOCK_CHANNEL_PREFIX	"redisson_lock__channel:"
 #define RLOCK_TOKEN_PREFIX		"redisson_lock_token:"
 #define RLOCK_YIELD_PREFIX		"rlock_yield:"
+#define RLOCK_RWLOCK_PREFIX		"redisson_rwlock:"
 
 /*
  * What a request asks for.  Releases at transaction end do not use a

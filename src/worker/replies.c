@@ -57,13 +57,14 @@ worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value)
 }
 
 /*
- * The acquire failed because someone else holds the lock.  Wait for a
- * wake-up, bounded by the lock's TTL and the caller's deadline.  A lock
+ * The acquire failed because someone else holds the lock, "blocker" says
+ * what kind of lock (RlockAcquired).  Wait for a wake-up, bounded by the
+ * lock's TTL and the caller's deadline.  A lock
  * without expiry is looked at again every rlock.watchdog_timeout, so that
  * a missed message cannot make the wait endless.
  */
 static void
-worker_acquire_busy(WorkerReq *req, int64 pttl)
+worker_acquire_busy(WorkerReq *req, int64 pttl, int blocker)
 {
 	int			slot = worker_slot_of(req);
 	RlockHold  *h = rlock_hold(req->args.hold);
@@ -91,6 +92,7 @@ worker_acquire_busy(WorkerReq *req, int64 pttl)
 	}
 
 	rlock_waiters_join(slot, h->kind, h->key, h->keylen);
+	rlock_waiters_blocked(slot, h->kind, h->key, h->keylen, blocker);
 	rlock_waiters_busy_until(slot, h->key, h->keylen,
 							 pttl > 0 ? TimestampTzPlusMilliseconds(now, pttl) :
 							 pttl == -1 ?
@@ -206,7 +208,7 @@ worker_acquire_answered(RlockConn *conn, WorkerCmd *wc, WorkerReq *req,
 	else if (a->result.granted)
 		worker_grant(wc, req, a->result.value);
 	else if (a->reply->type != RLOCK_REPLY_ERROR)
-		worker_acquire_busy(req, a->result.value);
+		worker_acquire_busy(req, a->result.value, a->result.blocker);
 	else if (rlock_reply_classify(a->reply) != RLOCK_REPLY_NOSCRIPT ||
 			 !worker_noscript_retry(conn, req, wc))
 		worker_complete_error(req, a->reply);

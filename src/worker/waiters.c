@@ -11,7 +11,13 @@
  * A group's channel, and what a message on it means, are its kind's
  * (kinds.h: channel, wake, hand_off, free_message): for the plain kind,
  * Redisson's channel, and an unlock message "0" retries one waiter, "1"
- * (read-write unlock) all of them.  A subscription being confirmed
+ * (read-write unlock) all of them.  A waiter whose try found the lock
+ * held by another kind of lock of the family, one that publishes its
+ * releases elsewhere (kinds.h: blocker_channel; a Redisson read-write
+ * lock for the plain kind), listens there too: it joins that channel's
+ * group as well, a blocker group, whose messages only wake; the line,
+ * hand-offs and echoes are its own group's.  It stays in both until it
+ * stops waiting.  A subscription being confirmed
  * retries every waiter (the lock may have been freed while subscribing).
  * Every message also bumps the group's wake count, so a waiter whose try
  * was on the wire when the message came in tries again instead of
@@ -95,12 +101,16 @@ typedef struct WaitGroup
 								 * other clients (0: they do not) */
 	int			back_echoes;	/* messages of the release that held them
 								 * back still to come */
+	bool		blocker;		/* a blocker group: its members are in
+								 * blocked[], and nothing is handed off */
 } WaitGroup;
 
 typedef struct Waiter
 {
 	WaitGroup  *group;			/* NULL when not waiting */
 	dlist_node	node;
+	uint64		wakes_base;		/* in a blocker group: its wakes when the
+								 * waiter joined */
 } Waiter;
 
 /*
@@ -119,9 +129,12 @@ typedef struct PassedWake
 	char		key[FLEXIBLE_ARRAY_MEMBER];
 } PassedWake;
 
+static void waiters_leave_group(Waiter *w);
+
 static HTAB *groups = NULL;
 static List *passed = NIL;		/* PassedWake, oldest first */
 static Waiter *waiters = NULL;	/* one per slot */
+static Waiter *blocked = NULL;	/* one per slot: in a blocker group */
 static char *channel_buf = NULL;
 static int	nsubscribed = 0;	/* groups SUBSCRIBED */
 
@@ -192,6 +205,8 @@ rlock_waiters_init(int nslots)
 	groups = rlock_keyref_table("rlock wait groups", sizeof(WaitGroup),
 								rlock_worker_context);
 	waiters = MemoryContextAllocZero(rlock_worker_context,
+									 sizeof(Waiter) * nslots);
+	blocked = MemoryContextAllocZero(rlock_worker_context,
 									 sizeof(Waiter) * nslots);
 	channel_buf = MemoryContextAlloc(rlock_worker_context,
 									 RLOCK_CHANNEL_MAXLEN(rlock_max_key_length));
@@ -328,7 +343,7 @@ waiters_wake(WaitGroup *g, int n, const char *key, int keylen)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
-		if (worker_retry(w - waiters, key, keylen))
+		if (worker_retry(w - (g->blocker ? blocked : waiters), key, keylen))
 		{
 			nwoken++;
 			if (n != RLOCK_WAKE_ALL)
@@ -420,26 +435,16 @@ waiters_subscribe_if_due(WaitGroup *g)
 }
 
 /*
- * The request in "slot" waits for the lock "key": put it in the key's
- * group, subscribing if it is the first.  If it is in already, subscribe
- * again a group whose subscription Redis refused a while ago.
+ * The group of the channel channel_buf names (len bytes), made if there
+ * is none.
  */
-void
-rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
+static WaitGroup *
+waiters_group(RlockKind kind, int len, bool blocker)
 {
-	Waiter	   *w = &waiters[slot];
 	WaitGroup  *g;
 	RlockKeyRef k;
 	bool		found;
-	int			len;
 
-	if (w->group != NULL)
-	{
-		waiters_subscribe_if_due(w->group);
-		return;
-	}
-
-	len = rlock_kinds[kind]->channel(channel_buf, key, keylen);
 	k.data = channel_buf;
 	k.len = len;
 	g = (WaitGroup *) hash_search(groups, &k, HASH_ENTER, &found);
@@ -466,23 +471,82 @@ rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
 		g->others = false;
 		g->back_until = 0;
 		g->back_echoes = 0;
+		g->blocker = blocker;
 	}
-	Assert(g->kind == kind);	/* a channel is one kind's */
+	/* a channel is one kind's, and either a line's or a blocker's */
+	Assert(g->kind == kind && g->blocker == blocker);
+	return g;
+}
 
+/*
+ * Put a waiter in a group, subscribing if it is the first.
+ */
+static void
+waiters_add(Waiter *w, WaitGroup *g)
+{
 	w->group = g;
+	w->wakes_base = g->wakes;
 	dlist_push_tail(&g->waiters, &w->node);
 	g->nwaiters++;
 	waiters_subscribe_if_due(g);
 }
 
 /*
- * The request in "slot" stops waiting.  The last waiter of a group takes
- * its subscription away.
+ * The request in "slot" waits for the lock "key": put it in the key's
+ * group, subscribing if it is the first.  If it is in already, subscribe
+ * again a group whose subscription Redis refused a while ago.
  */
 void
-rlock_waiters_leave(int slot)
+rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
 {
 	Waiter	   *w = &waiters[slot];
+
+	if (w->group != NULL)
+	{
+		waiters_subscribe_if_due(w->group);
+		return;
+	}
+	waiters_add(w, waiters_group(kind,
+								 rlock_kinds[kind]->channel(channel_buf, key,
+															keylen),
+								 false));
+}
+
+/*
+ * The request in "slot", a member of the key's group, found the lock held
+ * by "blocker" (RlockAcquired): listen on the blocker's channel too, until
+ * it stops waiting.  A blocker of the kind's own (0) changes nothing.
+ */
+void
+rlock_waiters_blocked(int slot, RlockKind kind, const char *key, int keylen,
+					  int blocker)
+{
+	Waiter	   *w = &blocked[slot];
+	const RlockKindMethod *method = rlock_kinds[kind];
+	int			len;
+
+	if (blocker == 0 || method->blocker_channel == NULL)
+		return;
+	len = method->blocker_channel(channel_buf, key, keylen, blocker);
+	if (len == 0)
+		return;
+	/* another blocker now: the waiter listens where that one publishes */
+	if (w->group != NULL &&
+		(w->group->channel.len != len ||
+		 memcmp(w->group->channel.data, channel_buf, len) != 0))
+		waiters_leave_group(w);
+	if (w->group != NULL)
+		waiters_subscribe_if_due(w->group);
+	else
+		waiters_add(w, waiters_group(kind, len, true));
+}
+
+/*
+ * A waiter leaves its group.  The last one takes its subscription away.
+ */
+static void
+waiters_leave_group(Waiter *w)
+{
 	WaitGroup  *g = w->group;
 
 	if (g == NULL)
@@ -497,6 +561,17 @@ rlock_waiters_leave(int slot)
 		waiters_set_state(g, SUB_UNSUBSCRIBING);
 	else if (g->state != SUB_UNSUBSCRIBING)
 		waiters_delete_group(g);
+}
+
+/*
+ * The request in "slot" stops waiting: it leaves its group, and a
+ * blocker's.
+ */
+void
+rlock_waiters_leave(int slot)
+{
+	waiters_leave_group(&waiters[slot]);
+	waiters_leave_group(&blocked[slot]);
 }
 
 /*
@@ -545,14 +620,16 @@ rlock_waiters_drain(void)
 }
 
 /*
- * Wake-ups seen so far on the channel the request in "slot" waits on.
+ * Wake-ups seen so far on the channels the request in "slot" waits on
+ * (a blocker's counted from when it joined).
  */
 uint64
 rlock_waiters_wakes(int slot)
 {
 	WaitGroup  *g = waiters[slot].group;
+	WaitGroup  *b = blocked[slot].group;
 
-	return g ? g->wakes : 0;
+	return (g ? g->wakes : 0) + (b ? b->wakes - blocked[slot].wakes_base : 0);
 }
 
 /*

@@ -256,6 +256,8 @@ extern void rlock_registry_reply(RlockConn *conn, WorkerCmd *wc,
 extern void rlock_waiters_init(int nslots);
 extern void rlock_waiters_join(int slot, RlockKind kind, const char *key,
 							   int keylen);
+extern void rlock_waiters_blocked(int slot, RlockKind kind, const char *key,
+								  int keylen, int blocker);
 extern void rlock_waiters_leave(int slot);
 extern void rlock_waiters_pass_on(RlockKind kind, const char *key,
 								  int keylen, bool handed);

@@ -257,16 +257,28 @@ attack(
 attack(
 	name => 'acquire answered with an unknown status',
 	setup => sub {
-		$hostile->replace('rlock_command', $acquire, "*2\r\n:9\r\n:9\r\n");
+		$hostile->replace('rlock_command', $acquire, "*3\r\n:9\r\n:9\r\n:0\r\n");
 	},
 	sql => "SELECT rlock_try('h:7')",
 	outcome => $e58030,
 	why => qr/an acquire \(lock kind plain\) answered with an unknown status/);
 
+# a busy answer naming a holder of a kind the plain kind does not know,
+# and a grant naming one (only a busy answer may)
+for my $reply ("*3\r\n:0\r\n:100\r\n:7\r\n", "*3\r\n:1\r\n:0\r\n:1\r\n")
+{
+	attack(
+		name => 'acquire answered with an unknown blocker: ' . ($reply =~ s/\r\n/ /gr),
+		setup => sub { $hostile->replace('rlock_command', $acquire, $reply) },
+		sql => "SELECT rlock_try('h:7b', '1 s')",
+		outcome => $e58030,
+		why => qr/an acquire \(lock kind plain\) answered with an unknown status/);
+}
+
 attack(
 	name => 'a grant with a fencing token nobody asked for',
 	setup => sub {
-		$hostile->replace('rlock_command', $acquire, "*2\r\n:1\r\n:7\r\n");
+		$hostile->replace('rlock_command', $acquire, "*3\r\n:1\r\n:7\r\n:0\r\n");
 	},
 	sql => "SELECT rlock_try('h:7t')",
 	outcome => $e58030,
@@ -302,7 +314,7 @@ for my $pttl ('9223372036854775807', '-5')
 		name => "acquire answered busy for $pttl ms",
 		setup => sub {
 			$hostile->replace('rlock_command', $acquire,
-				"*2\r\n:0\r\n:$pttl\r\n");
+				"*3\r\n:0\r\n:$pttl\r\n:0\r\n");
 		},
 		sql => "SELECT rlock_try('h:ttl', '1500 ms')",
 		outcome => 'ok',

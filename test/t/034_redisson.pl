@@ -236,7 +236,8 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	#---- other kinds of Redisson lock on the same name ----
 
 	# a read-write lock: Redisson's scripts join any hash that has no
-	# "mode" field; rlock's has one, so both halves wait for SQL
+	# "mode" field; rlock's has one, so both halves wait for SQL, and
+	# rlock's release tells them on their channel (redisson_rwlock:{name})
 	$s->query_safe("BEGIN; SELECT rlock_try('rw:$version')");
 	my $sql_holds = fields("rw:$version");
 	is($java->call('g.1', 'write.trylock', "rw:$version", 0), 'false',
@@ -247,48 +248,105 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 		"$v and the write lock says it is locked");
 	is_deeply(fields("rw:$version"), $sql_holds,
 		"$v the transaction's hold is untouched");
-	$s->query_safe('COMMIT');
-	# the release follows the commit (the worker sends it): a moment
+	my $rwchan = "redisson_rwlock:{rw:$version}";
+	my $before = $redis->cmd('PUBSUB', 'NUMSUB', $rwchan)->[1];
+	my $id = $java->send('g.1', 'write.trylock', "rw:$version", 20000);
 	ok(RlockTest::wait_until(
-			sub { $java->call('g.1', 'write.trylock', "rw:$version", 0) eq 'true' },
-			5),
-		"$v after the commit the write lock is taken");
+			sub { $redis->cmd('PUBSUB', 'NUMSUB', $rwchan)->[1] > $before }, 10),
+		"$v a waiting write lock listens on the read-write channel");
+	$t0 = time;
+	$s->query_safe('COMMIT');
+	$r = $java->result($id, 25);
+	ok($r && $r->{value} eq 'true',
+		"$v the write lock waiting on a transaction gets it after the commit");
+	# its lease is the watchdog's 30 s: only the release's message can
+	# have woken it this early
+	cmp_ok($r->{at} - $t0, '<', 10, "$v woken by the release, not the lease");
+
+	# the other way: a write lock makes rlock wait (not fail), and its
+	# unlock wakes rlock's waiter
 	my $rw_hash = $redis->cmd('HGETALL', "rw:$version");
-	for my $call ("rlock_try('rw:$version')", "rlock_lock('rw:$version')",
-		"rlock_force_release('rw:$version')")
-	{
-		$s->query("BEGIN; SELECT $call");
-		like($s->{stderr},
-			qr/ERROR:  Redis returned an error for lock "rw:$version"\nDETAIL:  WRONGTYPE the key holds a Redisson write lock \(getReadWriteLock\), not an RLock\nHINT:  .*use that kind on both sides/,
-			"$v held by it, $call fails at once with Redis's refusal");
-		$s->{stderr} = '';
-		$s->query('ROLLBACK');
-	}
+	is(in_xact("SELECT rlock_try('rw:$version')"), 'f',
+		"$v held by a write lock, rlock_try with no wait says busy");
 	is_deeply($redis->cmd('HGETALL', "rw:$version"), $rw_hash,
 		"$v and leaves the write lock as it was");
-	$java->call('g.1', 'write.unlock', "rw:$version");
+	RlockTest::send_query($s,
+		"SELECT extract(epoch FROM clock_timestamp()) FROM (SELECT rlock_session_try('rw:$version', '20 s')) l WHERE l.rlock_session_try;");
+	ok(RlockTest::waiting_in_sql($node, "rw:$version"),
+		"$v rlock_session_try waits for the write lock");
+	ok(RlockTest::wait_until(
+			sub { $redis->cmd('PUBSUB', 'NUMSUB', $rwchan)->[1] > 0 }, 10),
+		"$v listening on the read-write channel");
+	$r = $java->result($java->send('g.1', 'write.unlock', "rw:$version"), 10);
+	my ($out, $err) = RlockTest::collect($s);
+	like($out, qr/^\d+\.\d+$/m, "$v the write lock's unlock() lets it in")
+	  or diag($err);
+	cmp_ok(($out =~ /^(\d+\.\d+)$/m ? $1 : 99) - $r->{start}, '<', 10,
+		"$v woken by the unlock's message, not the lease");
+	is(sql("SELECT holder FROM rlock_holder('rw:$version')"), 'rlock',
+		"$v SQL holds the name");
+	$s->query_safe("SELECT rlock_session_release('rw:$version')");
+
+	# a read lock: rlock waits for its last reader
 	is($java->call('g.1', 'read.trylock', "rw:$version", 0), 'true',
 		"$v a read lock is taken");
-	$s->query("SELECT rlock_session_try('rw:$version')");
-	like($s->{stderr}, qr/DETAIL:  WRONGTYPE the key holds a Redisson read lock/,
-		"$v and refused to rlock_session_try too");
-	$s->{stderr} = '';
+	is($java->call('g.2', 'read.trylock', "rw:$version", 0), 'true',
+		"$v and shared by a second thread");
+	RlockTest::send_query($s,
+		"SELECT extract(epoch FROM clock_timestamp()) FROM (SELECT rlock_session_try('rw:$version', '20 s')) l WHERE l.rlock_session_try;");
+	ok(RlockTest::waiting_in_sql($node, "rw:$version"),
+		"$v rlock_session_try waits for the readers");
 	$java->call('g.1', 'read.unlock', "rw:$version");
+	is(sql("SELECT count(*) FROM rlock_locks WHERE key = 'rw:$version' AND state = 'waiting'"),
+		'1', "$v and still waits while one reader is left");
+	$r = $java->result($java->send('g.2', 'read.unlock', "rw:$version"), 10);
+	($out, $err) = RlockTest::collect($s);
+	like($out, qr/^\d+\.\d+$/m, "$v the last reader's unlock() lets it in")
+	  or diag($err);
+	cmp_ok(($out =~ /^(\d+\.\d+)$/m ? $1 : 99) - $r->{start}, '<', 10,
+		"$v woken by the message, not the lease");
+	is($java->call('g.1', 'read.trylock', "rw:$version", 0), 'false',
+		"$v a read lock now waits for SQL");
+	$id = $java->send('g.1', 'read.trylock', "rw:$version", 20000);
+	ok(RlockTest::wait_until(
+			sub { $redis->cmd('PUBSUB', 'NUMSUB', $rwchan)->[1] > 0 }, 10),
+		"$v the reader listens");
+	$t0 = time;
+	$s->query_safe("SELECT rlock_session_release('rw:$version')");
+	$r = $java->result($id, 25);
+	ok($r && $r->{value} eq 'true' && $r->{at} - $t0 < 10,
+		"$v and is woken by SQL's release");
+	$java->call('g.1', 'read.unlock', "rw:$version");
+
+	# rlock_force_release removes a read-write lock too, and says so
+	is($java->call('g.1', 'write.trylock', "rw:$version", 0), 'true',
+		"$v a write lock again");
+	is(in_xact("SELECT rlock_force_release('rw:$version')"), 't',
+		"$v rlock_force_release removes it");
+	is($redis->cmd('EXISTS', "rw:$version"), 0, "$v the key is gone");
 	is($s->query_safe("SELECT rlock_session_try('rw:$version'), rlock_session_release('rw:$version')"),
-		't|t', "$v once unlocked SQL takes the name, the session unharmed");
+		't|t', "$v SQL takes the name, the session unharmed");
 
 	# a fair lock keeps the RLock's hash, so the two exclude each other;
-	# its waiters listen on channels of their own, so each side's waiter
-	# learns of the other's unlock at its next try, when the lease it saw
-	# would have ended
-	$s->query_safe("BEGIN; SELECT rlock_try('fair:$version', '0', '2 s')");
+	# its waiters listen on channels of their own: rlock's release
+	# publishes on the channel of the queue's head, and a fair unlock
+	# publishes nothing rlock's waiters hear, so rlock's waiter learns of
+	# it at its next try, when the lease it saw would have ended
+	$s->query_safe("BEGIN; SELECT rlock_try('fair:$version')");
 	is($java->call('h.1', 'fair.trylock', "fair:$version", 0), 'false',
 		"$v a Redisson fair lock waits for a transaction's lock");
-	my $id = $java->send('h.1', 'fair.trylock', "fair:$version", 15000);
+	$id = $java->send('h.1', 'fair.trylock', "fair:$version", 20000);
+	ok(RlockTest::wait_until(
+			sub { $redis->cmd('LLEN', "redisson_lock_queue:{fair:$version}") == 1 }, 10),
+		"$v its waiter is queued");
+	$t0 = time;
 	$s->query_safe('COMMIT');
-	$r = $java->result($id, 20);
+	$r = $java->result($id, 25);
 	ok($r && $r->{value} eq 'true',
 		"$v its waiter gets it once the transaction ends");
+	# the transaction's lease was the watchdog's 30 s
+	cmp_ok($r->{at} - $t0, '<', 10,
+		"$v woken by the release's message to the queue's head");
 	is(in_xact("SELECT rlock_try('fair:$version')"), 'f',
 		"$v held by the fair lock, rlock_try fails");
 	$java->call('h.1', 'fair.unlock', "fair:$version");
@@ -314,7 +372,7 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	RlockTest::send_query($s, "SELECT rlock_session_try('spin:$version', '15 s');");
 	ok(RlockTest::waiting_in_sql($node, "spin:$version"), "$v an rlock waiter waits for it");
 	my $unlocked = $java->result($java->send('i.1', 'spin.unlock', "spin:$version"), 10);
-	my ($out, $err) = RlockTest::collect($s);
+	($out, $err) = RlockTest::collect($s);
 	is($out, 't', "$v and gets it after the spin lock's unlock()");
 	cmp_ok(time - $unlocked->{at}, '>', 1.5,
 		"$v not at the unlock (no message), when the 4 s lease would have ended");

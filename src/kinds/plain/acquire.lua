@@ -17,14 +17,16 @@
 -- ARGV[6]  with it: this acquire's mark (a number and a random tag),
 --          published there as it is when it grants
 --
--- Returns {1, token} when taken; {2, token} when taken although the owner
--- expected to hold it already and did not (its earlier holds were lost);
--- {0, pttl} when someone else holds it, pttl being the lease left in ms
--- (-1: no expiry), which bounds how long a waiter sleeps, or when it is
--- free but yielded to other clients for pttl ms more; {3, pttl} when
--- someone else holds it although the owner expected to hold it already.
--- A Redisson read-write lock at the key is refused with a WRONGTYPE error:
--- its holders neither wait for our unlock message nor send one we hear.
+-- Returns {status, n, blocker}: {1, token, 0} when taken; {2, token, 0}
+-- when taken although the owner expected to hold it already and did not
+-- (its earlier holds were lost); {0, pttl, blocker} when someone else
+-- holds it, pttl being the lease left in ms (-1: no expiry), which bounds
+-- how long a waiter sleeps, or when it is free but yielded to other
+-- clients for pttl ms more; {3, pttl, blocker} when someone else holds it
+-- although the owner expected to hold it already.  blocker is 1 when the
+-- holder is a Redisson read-write lock (getReadWriteLock: a read lock, or
+-- a write lock, whose owners end in ":write"), whose releases publish on
+-- redisson_rwlock:{key}, not on the lock's channel; else 0.
 --
 -- "mode" = "write" is what a Redisson write lock holds: with it, a
 -- Redisson read or write lock (getReadWriteLock) taken on the same name
@@ -39,27 +41,24 @@
 local held = redis.call('hexists', KEYS[1], ARGV[2]) == 1
 local reentry = tonumber(ARGV[3]) > 1
 local free = not held and redis.call('exists', KEYS[1]) == 0
+local blocker = 0
 if not held and not free then
-	-- a Redisson read lock, or a write lock (whose owners end in ":write")
 	local mode = redis.call('hget', KEYS[1], 'mode')
-	local rw = mode == 'read'
-	if mode == 'write' then
+	if mode == 'read' then
+		blocker = 1
+	elseif mode == 'write' then
 		for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
 			if string.sub(field, -6) == ':write' then
-				rw = true
+				blocker = 1
 				break
 			end
 		end
-	end
-	if rw then
-		return redis.error_reply('WRONGTYPE the key holds a Redisson ' ..
-			mode .. ' lock (getReadWriteLock), not an RLock')
 	end
 end
 if free and not reentry and ARGV[4] ~= '' then
 	local yielded = redis.pcall('pttl', ARGV[4])
 	if type(yielded) == 'number' and yielded > 0 and yielded <= 100 then
-		return {0, yielded}
+		return {0, yielded, 0}
 	end
 end
 if held or free then
@@ -78,11 +77,11 @@ if held or free then
 		redis.pcall('publish', ARGV[5], ARGV[6])
 	end
 	if reentry and not held then
-		return {2, token}
+		return {2, token, 0}
 	end
-	return {1, token}
+	return {1, token, 0}
 end
 if reentry then
-	return {3, redis.call('pttl', KEYS[1])}
+	return {3, redis.call('pttl', KEYS[1]), blocker}
 end
-return {0, redis.call('pttl', KEYS[1])}
+return {0, redis.call('pttl', KEYS[1]), blocker}

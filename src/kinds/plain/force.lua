@@ -1,8 +1,9 @@
--- Remove a Redisson RLock whoever holds it, and wake its waiters: what
--- Redisson's forceUnlock() does, except that a key not shaped like a lock
--- (another type, a hash of other data) is left alone, and so is a
--- Redisson read-write lock (its waiters listen on another channel;
--- acquire.lua tells it apart).
+-- Remove a lock of Redisson's family whoever holds it, and wake its
+-- waiters: what Redisson's forceUnlock() does, for an RLock, a fair lock
+-- or a read-write lock (both halves at once, their read holds' timeout
+-- keys left to expire), except that a key not shaped like a lock (another
+-- type, a hash of other data) is left alone.  The waiters of every lock of
+-- the family are told (../publish.lua's rlock_free).
 --
 -- KEYS[1]  the lock
 -- KEYS[2]  its unlock channel (not in a Redis Cluster)
@@ -24,17 +25,6 @@ if kind ~= 'hash' then
 end
 if not rlock_is_lock(KEYS[1]) then
 	return redis.error_reply('WRONGTYPE the key holds a hash of other data, not a lock')
-end
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == 'read' then
-	return redis.error_reply('WRONGTYPE the key holds a Redisson read lock (getReadWriteLock), not an RLock')
-end
-if mode == 'write' then
-	for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
-		if string.sub(field, -6) == ':write' then
-			return redis.error_reply('WRONGTYPE the key holds a Redisson write lock (getReadWriteLock), not an RLock')
-		end
-	end
 end
 rlock_free(1)
 return 1

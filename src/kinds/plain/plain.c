@@ -7,7 +7,10 @@
  * owner ("<uuid>:<n>") holding the hold count, and a PEXPIRE lease on the
  * key; plus "mode" = "write", which makes Redisson's read-write locks wait
  * for ours (acquire.lua).  A full release deletes the key and publishes
- * "0" on the lock's channel, which wakes Redisson waiters and ours alike.
+ * "0" on the lock's channel, which wakes Redisson waiters and ours alike,
+ * and tells the waiters of Redisson's read-write and fair locks of the
+ * name on their channels (publish.lua).  Ours wait for a Redisson
+ * read-write lock too, listening on its channel (plain_blocker_channel).
  * The scripts are the .lua files of this folder, with the Lua that every
  * kind shares (the .lua files of kinds/); unlike Redisson's, they take
  * the hold count to leave rather than a step (see kinds/README.md).
@@ -88,6 +91,21 @@ plain_channel_copy(const char *key, int keylen, int *len)
 }
 
 /*
+ * The only blocker plain_acquire_result knows: a Redisson read-write lock,
+ * whose releases publish on redisson_rwlock:{key} ("0" when a read release
+ * frees it, "1" when a write release does)
+ */
+#define PLAIN_BLOCKER_RWLOCK	1
+
+static int
+plain_blocker_channel(char *buf, const char *key, int keylen, int blocker)
+{
+	if (blocker != PLAIN_BLOCKER_RWLOCK)
+		return 0;
+	return rlock_derived_name(buf, RLOCK_RWLOCK_PREFIX, key, keylen);
+}
+
+/*
  * Redisson's messages: "0" (an unlock) wakes one waiter, "1" (a
  * read-write lock's unlock, which may free it for many readers) all of
  * them; any other wakes one, as Redisson's lock retries on any message.
@@ -144,7 +162,7 @@ plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 	else
 		rlock_args_add(args, "", 0);
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
-	cmd->nelements = 2;
+	cmd->nelements = 3;
 }
 
 /*
@@ -168,11 +186,15 @@ static bool
 plain_acquire_result(const RlockReply *reply, RlockAcquired *result)
 {
 	int64		status = reply->element[0]->integer;
+	int64		blocker = reply->element[2]->integer;
 
 	result->value = reply->element[1]->integer;
 	result->granted = (status == 1 || status == 2);
 	result->lost = (status == 2 || status == 3);
-	return status >= 0 && status <= 3;
+	result->blocker = (int) blocker;
+	return status >= 0 && status <= 3 &&
+		(blocker == 0 || (blocker == PLAIN_BLOCKER_RWLOCK &&
+						  !result->granted));
 }
 
 /*
@@ -375,6 +397,7 @@ const RlockKindMethod rlock_kind_plain = {
 	.holder = plain_holder,
 	.holder_result = plain_holder_result,
 	.channel = plain_channel,
+	.blocker_channel = plain_blocker_channel,
 	.wake = plain_wake,
 	.hand_off = plain_hand_off,
 	.free_message = "0",
