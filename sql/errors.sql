@@ -304,6 +304,13 @@ SELECT has_table_privilege('err_monitor', 'rlock_locks', 'SELECT') AS monitor_se
 SELECT count(*) AS public_select_locks_as_installed FROM pg_init_privs p,
 LATERAL aclexplode(p.initprivs) a
 WHERE p.objoid = 'rlock_locks'::regclass AND a.grantee = 0;
+-- 1.6's adds the mode, last, and keeps the grants again
+ALTER EXTENSION rlock UPDATE TO '1.6';
+SELECT array_length(proallargtypes, 1) AS locks_columns_1_6
+FROM pg_proc WHERE proname = 'rlock_locks';
+SELECT key, state, kind, mode FROM rlock_locks WHERE key = 'err:kind';
+SELECT has_table_privilege('err_monitor', 'rlock_locks', 'SELECT') AS monitor_sees_locks_1_6,
+       has_table_privilege('public', 'rlock_locks', 'SELECT') AS public_sees_locks_1_6;
 SELECT rlock_session_release('err:kind');
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
@@ -351,7 +358,7 @@ ALTER EXTENSION rlock UPDATE TO '1.2';
 GRANT SELECT ON rlock_stats TO err_reader WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rlock_stats() TO err_reader;
 GRANT SELECT ON rlock_locks TO err_reader;
-ALTER EXTENSION rlock UPDATE TO '1.5';
+ALTER EXTENSION rlock UPDATE TO '1.6';
 SELECT * FROM err_initacl_wrong ORDER BY 2, 3::text;
 -- (no records before PostgreSQL 17)
 SELECT count(*) > 0 OR current_setting('server_version_num')::int < 170000

@@ -378,11 +378,12 @@ rlock_force_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * The backend of a session of this instance, by its owner number; 0 if
- * none holds an entry now.
+ * The backend of a session of this instance, by the owner number of a
+ * hash field (the session's number plus the mode of its holds there); 0
+ * if none holds an entry now.
  */
 static int
-rlock_local_owner_pid(uint64 owner_id)
+rlock_local_owner_pid(uint64 field)
 {
 	int			i;
 	int			pid = 0;
@@ -392,7 +393,7 @@ rlock_local_owner_pid(uint64 owner_id)
 		RlockHold	h;
 
 		rlock_hold_read(i, &h);
-		if (h.in_use && h.owner_id == owner_id)
+		if (h.in_use && RLOCK_OWNER_FIELD(h.owner_id, h.mode) == field)
 			pid = h.pid;
 	}
 	return pid;

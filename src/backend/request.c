@@ -110,7 +110,8 @@ uint64
 rlock_my_owner_id(void)
 {
 	if (my_owner_id == 0)
-		my_owner_id = pg_atomic_fetch_add_u64(&rlock_shared->next_owner_id, 1);
+		my_owner_id = pg_atomic_fetch_add_u64(&rlock_shared->next_owner_id,
+											  RLOCK_OWNER_STEP);
 	return my_owner_id;
 }
 

@@ -40,8 +40,11 @@ PG_FUNCTION_INFO_V1(rlock_latency_buckets);
 PG_FUNCTION_INFO_V1(rlock_stats_reset_all);
 PG_FUNCTION_INFO_V1(rlock_status);
 
-/* 13 in 1.0 to 1.4; 1.5 adds the kind, last */
-#define LOCKS_COLS		14
+/* 13 in 1.0 to 1.4; 1.5 adds the kind, 1.6 the mode, last */
+#define LOCKS_COLS		15
+
+/* the modes' names, RLOCK_MODE_* */
+static const char *const mode_names[] = {"exclusive", "shared"};
 
 /* What rlock_locks needs of one hold entry or request slot */
 typedef struct LockRow
@@ -53,6 +56,7 @@ typedef struct LockRow
 	Oid			userid;
 	uint64		owner_id;
 	uint8		kind;			/* RlockKind */
+	uint8		mode;			/* RLOCK_MODE_* */
 	int32		nsession;
 	int32		nxact;
 	int32		count;			/* the worker's count */
@@ -122,7 +126,7 @@ views_emit_lock(ReturnSetInfo *rsinfo, LockRow *r, const char *scope,
 	if (visible)
 	{
 		/* owner */
-		rlock_owner_name(owner, r->owner_id);
+		rlock_owner_name(owner, RLOCK_OWNER_FIELD(r->owner_id, r->mode));
 		values[i] = CStringGetTextDatum(owner);
 		nulls[i] = false;
 		i++;
@@ -170,6 +174,13 @@ views_emit_lock(ReturnSetInfo *rsinfo, LockRow *r, const char *scope,
 		/* kind (1.5): its name */
 		values[i] = CStringGetTextDatum(rlock_kind_names[r->kind]);
 		nulls[i++] = false;
+		/* mode (1.6) */
+		if (r->mode < lengthof(mode_names))
+		{
+			values[i] = CStringGetTextDatum(mode_names[r->mode]);
+			nulls[i] = false;
+		}
+		i++;
 		Assert(i == LOCKS_COLS);
 	}
 
@@ -192,6 +203,7 @@ views_read_hold(int index, LockRow *r)
 	r->userid = h.userid;
 	r->owner_id = h.owner_id;
 	r->kind = h.kind;
+	r->mode = h.mode;
 	r->nsession = h.nsession;
 	r->nxact = h.nxact;
 	r->count = h.count - h.to_release;
@@ -232,6 +244,7 @@ views_read_slot(int index, LockRow *r)
 	r->userid = s->userid;
 	r->owner_id = s->args.owner_id;
 	r->kind = s->args.kind;
+	r->mode = s->args.mode;
 	r->lease_ms = s->args.lease_ms;
 	r->renew = (s->args.lease_ms == 0);
 	r->wait_started = s->submitted_at;

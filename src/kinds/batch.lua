@@ -15,8 +15,15 @@
 -- (not held) per lock; in a cluster, 2 for a lock this node cannot answer
 -- for (its slot moved, the cluster is down: neither lost nor kept, asked
 -- again with the key declared).  A key of another type counts as not
--- held rather than failing the whole batch.  Included on one line (see
--- embed-lua): no comment after code here.
+-- held rather than failing the whole batch.
+--
+-- rlock_reader(key, owner) is the timeout key of a shared hold when the
+-- owner is a reader field (an even number: plain.c's owner numbers), else
+-- nil; rlock_held(key, owner) is held() for the plain kind: the field is
+-- there and, for a reader, its timeout key too (a reader without one is
+-- gone to Redisson's read unlock).
+--
+-- Included on one line (see embed-lua): no comment after code here.
 local function rlock_batch(held, keep)
 	local result = {}
 	local keyed = #KEYS > 0
@@ -36,4 +43,22 @@ local function rlock_batch(held, keep)
 		end
 	end
 	return result
+end
+local function rlock_reader(key, owner)
+	local n = tonumber(string.match(owner, ':(%d+)$'))
+	if n == nil or n % 2 == 1 then
+		return nil
+	end
+	if string.find(key, '{', 1, true) then
+		return key .. ':' .. owner .. ':rwlock_timeout:1'
+	end
+	return '{' .. key .. '}:' .. owner .. ':rwlock_timeout:1'
+end
+local function rlock_held(key, owner)
+	local reply = redis.pcall('hexists', key, owner)
+	local timeout = rlock_reader(key, owner)
+	if reply == 1 and timeout and redis.call('pttl', timeout) == -2 then
+		return 0
+	end
+	return reply
 end

@@ -100,14 +100,18 @@ rlock_kind_publish(RlockArgs *args, const char *channel, int len)
 }
 
 /*
- * An owner, as the hash field Redisson's layout names it: "<uuid>:<n>".
+ * The owner of a hold, as the hash field Redisson's layout names it:
+ * "<uuid>:<n>", n being the session's number plus the hold's mode
+ * (RLOCK_OWNER_FIELD).
  */
 void
-rlock_kind_owner(RlockArgs *args, uint64 owner_id)
+rlock_kind_owner(RlockArgs *args, const RlockKindHold *hold)
 {
 	char		owner[RLOCK_OWNER_MAXLEN];
 
-	rlock_args_add(args, owner, rlock_owner_name(owner, owner_id));
+	rlock_args_add(args, owner,
+				   rlock_owner_name(owner, RLOCK_OWNER_FIELD(hold->owner_id,
+															 hold->mode)));
 }
 
 /*
@@ -130,7 +134,7 @@ rlock_kind_batch(RlockArgs *args, RlockCmd *cmd, int script, int64 ms,
 		for (i = 0; i < n; i++)
 		{
 			rlock_args_add(args, holds[i].key, holds[i].keylen);
-			rlock_kind_owner(args, holds[i].owner_id);
+			rlock_kind_owner(args, &holds[i]);
 		}
 	}
 	else
@@ -140,7 +144,7 @@ rlock_kind_batch(RlockArgs *args, RlockCmd *cmd, int script, int64 ms,
 			rlock_args_add(args, holds[i].key, holds[i].keylen);
 		rlock_args_int(args, ms);
 		for (i = 0; i < n; i++)
-			rlock_kind_owner(args, holds[i].owner_id);
+			rlock_kind_owner(args, &holds[i]);
 	}
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
 	cmd->nelements = n;

@@ -235,7 +235,7 @@ extern void rlock_kind_channel(RlockArgs *args, const char *channel,
 							   int len);
 extern void rlock_kind_publish(RlockArgs *args, const char *channel,
 							   int len);
-extern void rlock_kind_owner(RlockArgs *args, uint64 owner_id);
+extern void rlock_kind_owner(RlockArgs *args, const RlockKindHold *hold);
 
 /*
  * A batch (renew, verify) of n holds in the layout batch.lua reads: in a

@@ -492,6 +492,16 @@ extern void rlock_instance_display_name(char *buf, int buflen);
 /* room for the longest derived name (the channel) of a key */
 #define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_CHANNEL_PREFIX) + (keylen) + 2)
 #define RLOCK_OWNER_MAXLEN				(RLOCK_UUID_LEN + 22)
+/*
+ * A session's owner number n steps by RLOCK_OWNER_STEP, and its holds in
+ * a kind's mode m are the hash field of number n + m: a session holding
+ * a key exclusively and shared has two fields in it, as a Redisson
+ * thread holding both halves of a read-write lock has.
+ */
+#define RLOCK_OWNER_STEP		2
+#define RLOCK_MODE_EXCLUSIVE	0
+#define RLOCK_MODE_SHARED		1
+#define RLOCK_OWNER_FIELD(owner_id, mode)	((owner_id) + (uint64) (mode))
 extern HTAB *rlock_keyref_table(const char *name, Size entrysize,
 								MemoryContext cxt);
 

@@ -650,6 +650,7 @@ rlock_track_mark_acquire(RlockConn *conn, WorkerCmd *wc, RlockArgs *args,
 	wc->track_mark = 0;
 	if (epoch == 0 || conn != armed_on || synced ||
 		!rlock_kinds[h->kind]->acquire_rereads ||
+		h->mode != RLOCK_MODE_EXCLUSIVE ||
 		!track_new_tag(&wc->track_tag))
 		return;
 	wc->track_mark = ++mark_sent;

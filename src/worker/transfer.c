@@ -83,6 +83,35 @@ transfer_vouched(int index)
 }
 
 /*
+ * Is the entry "index" its owner's only entry of its key and kind?  A
+ * transfer writes the key anew for the taker: the giver's holds of the
+ * key in another mode (a shared hold beside the exclusive one) would go.
+ */
+static bool
+transfer_giver_alone(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	const int  *holds;
+	int			n = rlock_owners_holds(h->owner_id, &holds);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		RlockHold	copy;
+
+		if (holds[i] == index)
+			continue;
+		rlock_hold_read(holds[i], &copy);
+		/* the key is constant while the entry is in use */
+		if (copy.in_use && copy.owner_id == h->owner_id &&
+			copy.kind == h->kind && copy.keylen == h->keylen &&
+			memcmp(rlock_hold(holds[i])->key, h->key, h->keylen) == 0)
+			return false;
+	}
+	return true;
+}
+
+/*
  * May the waiting request "req" be granted a lock at write: its commit
  * checks it, it wants no token, and its entry holds nothing and has
  * nothing on its way.
@@ -93,7 +122,8 @@ transfer_takes(WorkerReq *req, const RlockHold *from)
 	RlockHold	copy;
 
 	if (!req->args.checked || req->args.want_token ||
-		req->args.mode != from->mode ||
+		req->args.mode != RLOCK_MODE_EXCLUSIVE ||
+		from->mode != RLOCK_MODE_EXCLUSIVE ||
 		(req->args.wait_until != 0 &&
 		 GetCurrentTimestamp() >= req->args.wait_until))
 		return false;
@@ -164,7 +194,8 @@ worker_send_transfer(int index)
 	if (slot < 0)
 		return false;
 	req = worker_req(slot);
-	if (!transfer_takes(req, h) || !transfer_vouched(index))
+	if (!transfer_takes(req, h) || !transfer_vouched(index) ||
+		!transfer_giver_alone(index))
 		return false;
 
 	wc = transfer_cmd(conn, index, req->args.hold,

@@ -782,6 +782,33 @@ rlock_waiters_next(RlockKind kind, const char *key, int keylen)
 }
 
 /*
+ * A request of this instance was granted "key" in a mode that others may
+ * share (the plain kind's shared mode): the members of the key's line
+ * that wait for it in that mode may have it too.  Retry them at once, in
+ * the line's order, up to the first that waits for it in another mode
+ * (which keeps its place: later readers do not overtake it).
+ */
+void
+rlock_waiters_shared(RlockKind kind, const char *key, int keylen, int mode)
+{
+	WaitGroup  *g = waiters_find_key(kind, key, keylen);
+	dlist_iter	iter;
+
+	if (g == NULL)
+		return;
+	dlist_foreach(iter, &g->waiters)
+	{
+		int			slot = dlist_container(Waiter, node, iter.cur) - waiters;
+
+		if (!worker_in_line(slot, key, keylen))
+			continue;
+		if (worker_req(slot)->args.mode != mode)
+			break;
+		(void) worker_retry(slot, key, keylen);
+	}
+}
+
+/*
  * Is the line of "key" holding back for other clients now?
  */
 bool

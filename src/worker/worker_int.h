@@ -259,6 +259,8 @@ extern void rlock_waiters_join(int slot, RlockKind kind, const char *key,
 extern void rlock_waiters_blocked(int slot, RlockKind kind, const char *key,
 								  int keylen, int blocker);
 extern void rlock_waiters_leave(int slot);
+extern void rlock_waiters_shared(RlockKind kind, const char *key, int keylen,
+								 int mode);
 extern void rlock_waiters_pass_on(RlockKind kind, const char *key,
 								  int keylen, bool handed);
 extern void rlock_waiters_drain(void);

@@ -199,6 +199,29 @@ ok(RlockTest::wait_until(
 	'the replica is found, and acquisitions wait for it');
 $primary->cmd('SELECT', 3);
 
+# A shared round on $key: a session of $n1 holding it exclusively and
+# shared, a writer of $n2 waiting; the exclusive hold given back leaves
+# the lock to the reader (HDEL), the shared one frees it (the timeout key
+# and the field go) and wakes the writer.
+sub shared_round
+{
+	my ($n1, $n2, $key, $what) = @_;
+	my $h = $n1->background_psql('postgres');
+	is($h->query_safe("SELECT rlock_session_try('$key'), rlock_session_try_shared('$key')"),
+		't|t', "$what: $key held exclusively and shared");
+	my $w = $n2->background_psql('postgres', on_error_stop => 0);
+	RlockTest::send_query($w, "SELECT rlock_try('$key', '20 s') AS got;");
+	ok(RlockTest::waiting_in_sql($n2, $key), "$what: $key waited for");
+	is($h->query_safe("SELECT rlock_session_release('$key'), rlock_held_shared('$key')"),
+		't|1', "$what: the exclusive hold given back, the shared one kept");
+	is($h->query_safe("SELECT rlock_session_release_shared('$key')"), 't',
+		"$what: the shared one given back");
+	my ($got) = RlockTest::collect($w);
+	is($got, 't', "$what: the writer gets $key");
+	$w->quit;
+	$h->quit;
+}
+
 # a lock with its waiter: busy, subscribed, woken by the release
 my $s1 = $na->background_psql('postgres');
 is($s1->query_safe("SELECT rlock_session_try('acl:k')"), 't', 'a lock is taken');
@@ -250,6 +273,11 @@ cmp_ok(calls($primary, 'pubsub|numsub'), '>', $calls_numsub,
 	'handed over by a transfer (PUBSUB NUMSUB ran)');
 $_->quit for ($x1, $x2);
 $nx->stop;
+
+# shared holds: a session holding a key both ways, the other instance's
+# writer waiting, the exclusive hold given back (the lock left to the
+# reader), then the shared one (the waiter woken)
+shared_round($na, $nb, 'acl:sh', 'standalone');
 
 # a lock forced away
 $s1->query_safe("SELECT rlock_session_try('acl:f')");
@@ -368,6 +396,7 @@ for my $key ('n:k', 'n:{k}')
 	is($nb->safe_psql('postgres', "SELECT rlock_force_release('$key')"), 't',
 		"narrow patterns: $key forced away");
 	$s1->quit;
+	shared_round($na, $nb, "s$key", 'narrow patterns');
 }
 is($primary->cmd('EXISTS', 'redisson_lock_token:app:n:{k}'), 1,
 	'the token counters were under the prefix too');
@@ -614,6 +643,7 @@ for my $key ('n:k', 'n:{k}')
 	is($nc->safe_psql('postgres', "SELECT rlock_force_release('$key')"), 't',
 		"Cluster, narrow patterns: $key forced away");
 	$s->quit;
+	shared_round($nc, $nc, "s$key", 'Cluster, narrow patterns');
 }
 is_deeply([ map { refusals($_) } $cluster->nodes ], [],
 	'Cluster, narrow patterns: Redis refused nothing');

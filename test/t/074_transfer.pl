@@ -226,6 +226,35 @@ like($ran, qr/^(transfer (verify )?){11}release publish$/,
 is($node->safe_psql('postgres', 'SELECT n FROM chain'), 12,
 	'twelve sections, the counter exact');
 
+#---- a giver that holds the key shared too ----
+
+# A transfer writes the key anew for the taker: a session holding the key
+# shared as well as exclusively (its re-entry tracks the key again, so
+# that its exclusive hold is vouched for) hands its exclusive hold back
+# with a release, which leaves its shared hold in place, and the waiter
+# gets the lock only when the shared hold goes.
+$key = 'xfer:both';
+$a->query_safe('BEGIN');
+$a->query_safe("SELECT rlock_try('$key'), rlock_try_shared('$key'), rlock_try('$key')");
+$b->query_safe('BEGIN');
+RlockTest::send_query($b, "SELECT rlock_try('$key', '30 s');");
+ok(RlockTest::wait_until(sub { RlockTest::Transfer::waiting($node, $key) == 1 }, 10), 'a waiter queues');
+$mon = $redis->monitor;
+$a->query_safe("SELECT rlock_release('$key'), rlock_release('$key')");
+is($node->safe_psql('postgres', "SELECT rlock_held_shared('$key')"), '0',
+	'(another session holds nothing)');
+is($a->query_safe("SELECT rlock_held('$key'), rlock_held_shared('$key')"), '0|1',
+	'the giver keeps its shared hold');
+$ran = scripts_on(\%sha, $key, $mon->drain(0.3));
+unlike($ran, qr/transfer/, "no transfer ($ran)");
+is(scalar(grep { $_ ne 'mode' } @{ $redis->cmd('HKEYS', $key) }), 1,
+	'its reader field is still in Redis');
+is(RlockTest::Transfer::waiting($node, $key), 1, 'the waiter waits on');
+$a->query_safe('COMMIT');
+($out, $err) = RlockTest::collect($b);
+is($out, 't', 'and gets the lock when the shared hold goes') or diag($err);
+$b->query_safe('COMMIT');
+
 $_->quit for ($a, $b, $c, $d);
 $node->stop;
 done_testing();

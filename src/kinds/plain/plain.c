@@ -42,6 +42,8 @@ static int	script_holder;
 static int	script_probe;
 static int	script_transfer;
 static int	script_yield;
+static int	script_acquire_shared;
+static int	script_release_shared;
 
 static void
 plain_init(void)
@@ -55,6 +57,10 @@ plain_init(void)
 	script_probe = rlock_script_register("probe", probe_lua);
 	script_transfer = rlock_script_register("transfer", transfer_lua);
 	script_yield = rlock_script_register("yield", yield_lua);
+	script_acquire_shared = rlock_script_register("acquire_shared",
+												  acquire_shared_lua);
+	script_release_shared = rlock_script_register("release_shared",
+												  release_shared_lua);
 }
 
 /*
@@ -138,18 +144,46 @@ plain_yield_name(const char *key, int keylen, int *len)
 }
 
 /*
+ * EVALSHA acquire_shared 1 key lease reader-field target exclusive-field:
+ * a shared hold may join the same session's exclusive one
+ */
+static void
+plain_acquire_shared(RlockArgs *args, RlockCmd *cmd,
+					 const RlockKindHold *hold, RlockAmount target,
+					 int64 lease_ms)
+{
+	RlockKindHold exclusive = *hold;
+
+	exclusive.mode = RLOCK_MODE_EXCLUSIVE;
+	rlock_args_script(args, script_acquire_shared, 1);
+	rlock_args_add(args, hold->key, hold->keylen);
+	rlock_args_int(args, lease_ms);
+	rlock_kind_owner(args, hold);
+	rlock_args_int(args, target);
+	rlock_kind_owner(args, &exclusive);
+	cmd->shape = RLOCK_SHAPE_INTEGERS;
+	cmd->nelements = 3;
+}
+
+/*
  * EVALSHA acquire 1|2 key [token-key] lease owner target yield-mark|''
  */
 static void
 plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 			  RlockAmount target, int64 lease_ms, bool want_token)
 {
+	if (hold->mode == RLOCK_MODE_SHARED)
+	{
+		Assert(!want_token);
+		plain_acquire_shared(args, cmd, hold, target, lease_ms);
+		return;
+	}
 	rlock_args_script(args, script_acquire, want_token ? 2 : 1);
 	rlock_args_add(args, hold->key, hold->keylen);
 	if (want_token)
 		plain_add_token(args, hold);
 	rlock_args_int(args, lease_ms);
-	rlock_kind_owner(args, hold->owner_id);
+	rlock_kind_owner(args, hold);
 	rlock_args_int(args, target);
 	if (hold->waited)
 	{
@@ -198,8 +232,8 @@ plain_acquire_result(const RlockReply *reply, RlockAcquired *result)
 }
 
 /*
- * EVALSHA release 1|2 key [channel] owner target lease publish..., the
- * channel and the publish commands placed by kinds.c
+ * EVALSHA release|release_shared 1|2 key [channel] owner target lease
+ * publish..., the channel and the publish commands placed by kinds.c
  */
 static void
 plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
@@ -208,10 +242,11 @@ plain_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 	int			len;
 	char	   *channel = plain_channel_copy(hold->key, hold->keylen, &len);
 
-	rlock_kind_script(args, script_release, 1, 1);
+	rlock_kind_script(args, hold->mode == RLOCK_MODE_SHARED ?
+					  script_release_shared : script_release, 1, 1);
 	rlock_args_add(args, hold->key, hold->keylen);
 	rlock_kind_channel(args, channel, len);
-	rlock_kind_owner(args, hold->owner_id);
+	rlock_kind_owner(args, hold);
 	rlock_args_int(args, target);
 	rlock_args_int(args, lease_ms);
 	rlock_kind_publish(args, channel, len);
@@ -260,8 +295,8 @@ plain_transfer(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *from,
 	rlock_args_add(args, from->key, from->keylen);
 	rlock_args_add(args, channel, len);
 	rlock_args_int(args, lease_ms);
-	rlock_kind_owner(args, from->owner_id);
-	rlock_kind_owner(args, to->owner_id);
+	rlock_kind_owner(args, from);
+	rlock_kind_owner(args, to);
 	rlock_args_int(args, target);
 	pfree(channel);
 	cmd->shape = RLOCK_SHAPE_INTEGERS;

@@ -14,6 +14,13 @@
 -- the lock was freed and "0" published, as Redisson's unlock does, 1 plus
 -- the number of subscribers that heard it (the worker holds its own
 -- waiters back once in a while only when someone else listens).
+--
+-- An owner whose session holds the lock shared as well (its reader field,
+-- acquire_shared.lua) leaves it to that: the lock becomes a read lock,
+-- whose readers may now enter, and "1" is published on both channels, as
+-- for a write unlock; 0 is returned, as the lock stays held.  Redisson's
+-- write unlock publishes nothing then, and its readers would wait for
+-- their lease.
 --@include ../publish.lua
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
 	return nil
@@ -21,6 +28,13 @@ end
 if tonumber(ARGV[2]) > 0 then
 	redis.call('hset', KEYS[1], ARGV[1], ARGV[2])
 	redis.call('pexpire', KEYS[1], ARGV[3])
+	return 0
+end
+if redis.call('hlen', KEYS[1]) > 2 then
+	redis.call('hdel', KEYS[1], ARGV[1])
+	redis.call('hset', KEYS[1], 'mode', 'read')
+	rlock_publish(2, 4, '1')
+	rlock_publish_to(4, rlock_derived('redisson_rwlock:', KEYS[1]), '1')
 	return 0
 end
 return 1 + rlock_free(4)

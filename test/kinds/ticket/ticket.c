@@ -97,7 +97,7 @@ ticket_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 	rlock_args_script(args, script_acquire, 1);
 	ticket_add_key(args, hold->key, hold->keylen);
 	rlock_args_int(args, lease_ms);
-	rlock_kind_owner(args, hold->owner_id);
+	rlock_kind_owner(args, hold);
 	rlock_args_int(args, amount);
 	rlock_args_int(args, TICKET_STEP);
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
@@ -125,7 +125,7 @@ ticket_release(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 	rlock_kind_script(args, script_release, 1, 1);
 	ticket_add_key(args, hold->key, hold->keylen);
 	rlock_kind_channel(args, channel, len);
-	rlock_kind_owner(args, hold->owner_id);
+	rlock_kind_owner(args, hold);
 	rlock_args_int(args, amount);
 	rlock_args_int(args, lease_ms);
 	rlock_kind_publish(args, channel, len);

@@ -258,6 +258,10 @@ public final class Driver
 					return "done";
 				case "islocked":
 					return l.isLocked();
+				case "held":
+					return l.isHeldByCurrentThread();
+				case "holdcount":
+					return l.getHoldCount();
 				case "forceunlock":
 					return l.forceUnlock();
 				default:
