@@ -6,6 +6,10 @@
 #   keeps waiting listens on the read-write channel too: when the first
 #   waiter gives up, the line is still woken by the write unlock's
 #   message, not at the lease end.
+# - once the read-write lock is gone and the lock goes from one local
+#   holder to the next, the line is handed it with one try per
+#   acquisition as ever: the "1" every rlock release also publishes on
+#   the read-write channel sends no other waiter of the line to fail.
 use strict;
 use warnings;
 
@@ -14,6 +18,7 @@ use Test::More;
 use Time::HiRes qw(time);
 use RlockTest;
 use RlockTest::Redis;
+use RlockTest::Transfer qw(plain_shas scripts_on);
 use RlockTest::TLS;
 
 plan skip_all => 'the messages do not depend on TLS: the plain round runs this'
@@ -95,6 +100,53 @@ for my $key ('line:a', 'line{b}')
 	$second->quit;
 	ok(RlockTest::wait_until(sub { numsub($rwchan) == 0 }, 10),
 		"$key: nobody waits: the read-write channel is left");
+}
+
+#---- after the read-write lock, the local line: one try each ----
+
+{
+	my $key = 'herd';
+	my $rwchan = derived('redisson_rwlock', $key);
+	my %sha = plain_shas(qw(acquire release transfer));
+	write_lock($key, 60000);
+	my @s = (start_waiter($key, '30 s'));
+	ok(RlockTest::wait_until(sub { waiting($key) == 1 && numsub($rwchan) == 1 }, 10),
+		'the first of three waits for the write lock');
+	for my $i (2 .. 3)
+	{
+		push @s, start_waiter($key, '30 s');
+		RlockTest::wait_until(sub { waiting($key) == $i }, 10);
+	}
+	is(waiting($key), 3, 'two more join its line');
+	$redis->cmd('DEL', $key);
+	$redis->cmd('PUBLISH', $rwchan, '1');
+	ok(RlockTest::wait_until(sub { waiting($key) == 2 }, 10),
+		'the write unlock lets one of them in');
+	for my $left (2, 1)
+	{
+		my $pid = sql("SELECT pid FROM rlock_locks WHERE key = '$key' AND state = 'held'");
+		my ($h) = grep { $_->{rlock_pid} eq $pid } @s;
+		is((outcome($h))[0], 't', "the holder got it ($left behind it)");
+		# the tries of the message's round are over once they wait again
+		ok(RlockTest::wait_until(sub { waiting($key) == $left }, 10),
+			"$left wait behind it");
+		my $mon = $redis->monitor;
+		$h->query_safe('COMMIT');
+		ok(RlockTest::wait_until(sub { waiting($key) == $left - 1 }, 10),
+			'its commit hands the lock on');
+		my $seen = scripts_on(\%sha, $key, $mon->drain(0.5));
+		my $acquires = () = $seen =~ /\bacquire\b/g;
+		is($acquires, 1,
+			"the commit costs the line one try, not one per waiter ($seen)");
+		@s = grep { $_ != $h } @s;
+		$h->quit;
+	}
+	my ($last) = @s;
+	is((outcome($last))[0], 't', 'the last one got it');
+	$last->query_safe('COMMIT');
+	$last->quit;
+	ok(RlockTest::wait_until(sub { numsub($rwchan) == 0 }, 10),
+		'nobody waits: the read-write channel is left');
 }
 
 done_testing();
