@@ -17,7 +17,8 @@
  * lock for the plain kind), listens there too: it joins that channel's
  * group as well, a blocker group, whose messages only wake; the line,
  * hand-offs and echoes are its own group's.  It stays in both until it
- * stops waiting.  A request that joins the line without trying joins the
+ * stops waiting, or a try finds the lock held by one whose release
+ * publishes on the key's channel.  A request that joins the line without trying joins the
  * blocker the line's latest busy answer named, so that the line still
  * listens there when the member that got that answer leaves first.  A
  * subscription being confirmed
@@ -534,7 +535,10 @@ rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
 /*
  * The request in "slot", a member of the key's group, found the lock held
  * by "blocker" (RlockAcquired): listen on the blocker's channel too, until
- * it stops waiting.  A blocker of the kind's own (0) changes nothing.
+ * it stops waiting or finds the lock held by a holder of the kind's own
+ * (0), whose release publishes on the key's channel.  Listening on would
+ * only send it to fail behind every local hand-off, since each rlock
+ * release tells the blocker's channel too (publish.lua).
  */
 void
 rlock_waiters_blocked(int slot, RlockKind kind, const char *key, int keylen,
@@ -542,13 +546,15 @@ rlock_waiters_blocked(int slot, RlockKind kind, const char *key, int keylen,
 {
 	Waiter	   *w = &blocked[slot];
 	const RlockKindMethod *method = rlock_kinds[kind];
-	int			len;
+	int			len = 0;
 
-	if (blocker == 0 || method->blocker_channel == NULL)
-		return;
-	len = method->blocker_channel(channel_buf, key, keylen, blocker);
+	if (blocker != 0 && method->blocker_channel != NULL)
+		len = method->blocker_channel(channel_buf, key, keylen, blocker);
 	if (len == 0)
+	{
+		waiters_leave_group(w);
 		return;
+	}
 	/* another blocker now: the waiter listens where that one publishes */
 	if (w->group != NULL &&
 		(w->group->channel.len != len ||
