@@ -150,7 +150,8 @@ typedef struct RlockKindMethod
 	/* optional: where the holder a busy reply named (blocker, not 0)
 	 * publishes its releases, written to buf as channel does; 0 if
 	 * nowhere the waiters could listen.  The waiters of the key listen
-	 * there too, for as long as they wait (worker/waiters.c). */
+	 * there too, while they wait and their tries find that holder
+	 * (worker/waiters.c). */
 	int			(*blocker_channel) (char *buf, const char *key, int keylen,
 									int blocker);
 	/* how many waiters a message on that channel, or on a blocker's,

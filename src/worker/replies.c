@@ -49,7 +49,7 @@ worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value)
 	/* the line now waits for this grant's lease at most */
 	rlock_waiters_busy_until(wc->slot, h->key, h->keylen,
 							 TimestampTzPlusMilliseconds(wc->cmd.sent_at,
-														 wc->lease_ms));
+														 wc->lease_ms), 0);
 	req->handed = false;		/* taken: its release will hand it on */
 	if (h->mode == RLOCK_MODE_SHARED)
 		rlock_waiters_shared(h->kind, h->key, h->keylen, h->mode);
@@ -100,7 +100,8 @@ worker_acquire_busy(WorkerReq *req, int64 pttl, int blocker)
 							 pttl == -1 ?
 							 TimestampTzPlusMilliseconds(now,
 														 rlock_watchdog_timeout) :
-							 now);	/* the lease is ending: no line */
+							 now,	/* the lease is ending: no line */
+							 blocker);
 	if (rlock_waiters_wakes(slot) != req->wakes_seen ||
 		worker_release_mark(h->key, h->keylen) > req->releases_seen ||
 		pttl == 0 || pttl == -2)

@@ -208,7 +208,8 @@ worker_release_refused_now(WorkerReq *req)
  * Its timer is the lease end the line's latest busy answer gave (at most
  * rlock.watchdog_timeout away) or its own deadline, so that a missed
  * wake-up costs time, not a hang; at its deadline it tries once before it
- * gives up.
+ * gives up.  It listens where the holder that answer named publishes,
+ * as the line's members that got it do (waiters.c).
  */
 static bool
 worker_join_line(WorkerReq *req)
@@ -217,8 +218,9 @@ worker_join_line(WorkerReq *req)
 	TimestampTz busy_until;
 	TimestampTz now;
 	TimestampTz retry_at;
+	int			blocker;
 
-	busy_until = rlock_waiters_line(h->kind, h->key, h->keylen);
+	busy_until = rlock_waiters_line(h->kind, h->key, h->keylen, &blocker);
 	now = GetCurrentTimestamp();
 	if (busy_until <= now)
 		return false;			/* no line, or the lease may be over */
@@ -229,6 +231,8 @@ worker_join_line(WorkerReq *req)
 	req->line_only = true;
 	req->told_busy = true;
 	rlock_waiters_join(worker_slot_of(req), h->kind, h->key, h->keylen);
+	rlock_waiters_blocked(worker_slot_of(req), h->kind, h->key, h->keylen,
+						  blocker);
 	worker_set_state(req, REQ_WAITING);
 	worker_mark_busy(req);
 	retry_at = Min(busy_until,

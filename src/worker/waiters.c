@@ -17,7 +17,11 @@
  * lock for the plain kind), listens there too: it joins that channel's
  * group as well, a blocker group, whose messages only wake; the line,
  * hand-offs and echoes are its own group's.  It stays in both until it
- * stops waiting.  A subscription being confirmed
+ * stops waiting, or a try finds the lock held by one whose release
+ * publishes on the key's channel.  A request that joins the line without trying joins the
+ * blocker the line's latest busy answer named, so that the line still
+ * listens there when the member that got that answer leaves first.  A
+ * subscription being confirmed
  * retries every waiter (the lock may have been freed while subscribing).
  * Every message also bumps the group's wake count, so a waiter whose try
  * was on the wire when the message came in tries again instead of
@@ -89,6 +93,9 @@ typedef struct WaitGroup
 	TimestampTz busy_until[2];	/* the lock's lease end, as the latest busy
 								 * answer or local grant told (0: not
 								 * known); [1] for a key with a brace */
+	int			blocker_of[2];	/* the blocker (RlockAcquired) that answer
+								 * named: where a request joining the line
+								 * listens too (0: the kind's channel) */
 	RlockConn  *conn;			/* where its subscription was made */
 	int			pubsub;			/* with which RLOCK_PUBSUB_* namespaces */
 	int			inflight;		/* its (un)subscribe commands on the wire,
@@ -379,39 +386,51 @@ waiters_find_key(RlockKind kind, const char *key, int keylen)
  * wake-up or a hand-off.  Returns that time, the lease end the latest
  * busy answer or local grant gave, or 0.  A new request for the key then
  * joins the line instead of trying (it would overtake a member handed
- * the lock), and tries at that time at the latest.
+ * the lock), and tries at that time at the latest.  *blocker is what
+ * that answer named as the holder: the request listens where it
+ * publishes, as the member that got the answer does, so that the line
+ * still hears the lock freed when that member stops waiting first.
  */
 TimestampTz
-rlock_waiters_line(RlockKind kind, const char *key, int keylen)
+rlock_waiters_line(RlockKind kind, const char *key, int keylen, int *blocker)
 {
 	WaitGroup  *g = waiters_find_key(kind, key, keylen);
+	int			v = WAITERS_VARIANT(key, keylen);
 	dlist_iter	iter;
 
-	if (g == NULL || g->busy_until[WAITERS_VARIANT(key, keylen)] == 0)
+	*blocker = 0;
+	if (g == NULL || g->busy_until[v] == 0)
 		return 0;
 	dlist_foreach(iter, &g->waiters)
 	{
 		Waiter	   *w = dlist_container(Waiter, node, iter.cur);
 
 		if (worker_in_line(w - waiters, key, keylen))
-			return g->busy_until[WAITERS_VARIANT(key, keylen)];
+		{
+			*blocker = g->blocker_of[v];
+			return g->busy_until[v];
+		}
 	}
 	return 0;
 }
 
 /*
  * The lock "key" the request in "slot" waits for is held until "until" (a
- * busy answer, or a grant to a member of the line): members of the line
- * that joined without trying wait for that long at most.
+ * busy answer, or a grant to a member of the line), by "blocker" (the
+ * busy answer's, 0 for a grant): members of the line that joined without
+ * trying wait for that long at most.
  */
 void
 rlock_waiters_busy_until(int slot, const char *key, int keylen,
-						 TimestampTz until)
+						 TimestampTz until, int blocker)
 {
 	WaitGroup  *g = waiters[slot].group;
 
 	if (g != NULL)
+	{
 		g->busy_until[WAITERS_VARIANT(key, keylen)] = until;
+		g->blocker_of[WAITERS_VARIANT(key, keylen)] = blocker;
+	}
 }
 
 /* A channel whose SUBSCRIBE Redis refused is asked again this often */
@@ -463,6 +482,7 @@ waiters_group(RlockKind kind, int len, bool blocker)
 		g->echoes = 0;
 		g->refused_at = 0;
 		g->busy_until[0] = g->busy_until[1] = 0;
+		g->blocker_of[0] = g->blocker_of[1] = 0;
 		g->conn = NULL;
 		subs_stale = true;
 		g->pubsub = 0;
@@ -515,7 +535,10 @@ rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
 /*
  * The request in "slot", a member of the key's group, found the lock held
  * by "blocker" (RlockAcquired): listen on the blocker's channel too, until
- * it stops waiting.  A blocker of the kind's own (0) changes nothing.
+ * it stops waiting or finds the lock held by a holder of the kind's own
+ * (0), whose release publishes on the key's channel.  Listening on would
+ * only send it to fail behind every local hand-off, since each rlock
+ * release tells the blocker's channel too (publish.lua).
  */
 void
 rlock_waiters_blocked(int slot, RlockKind kind, const char *key, int keylen,
@@ -523,13 +546,15 @@ rlock_waiters_blocked(int slot, RlockKind kind, const char *key, int keylen,
 {
 	Waiter	   *w = &blocked[slot];
 	const RlockKindMethod *method = rlock_kinds[kind];
-	int			len;
+	int			len = 0;
 
-	if (blocker == 0 || method->blocker_channel == NULL)
-		return;
-	len = method->blocker_channel(channel_buf, key, keylen, blocker);
+	if (blocker != 0 && method->blocker_channel != NULL)
+		len = method->blocker_channel(channel_buf, key, keylen, blocker);
 	if (len == 0)
+	{
+		waiters_leave_group(w);
 		return;
+	}
 	/* another blocker now: the waiter listens where that one publishes */
 	if (w->group != NULL &&
 		(w->group->channel.len != len ||

@@ -266,9 +266,9 @@ extern void rlock_waiters_pass_on(RlockKind kind, const char *key,
 extern void rlock_waiters_drain(void);
 extern uint64 rlock_waiters_wakes(int slot);
 extern TimestampTz rlock_waiters_line(RlockKind kind, const char *key,
-									  int keylen);
+									  int keylen, int *blocker);
 extern void rlock_waiters_busy_until(int slot, const char *key, int keylen,
-									 TimestampTz until);
+									 TimestampTz until, int blocker);
 #define RLOCK_HANDED_OFF		1
 #define RLOCK_HANDED_OFF_ECHO	2
 /* how long a line of local waiters holds back for other clients */
