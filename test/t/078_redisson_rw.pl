@@ -51,6 +51,13 @@ sub waiting
 
 sub rwchan { return "redisson_rwlock:{$_[0]}" }
 
+sub percentile
+{
+	my ($p, @v) = @_;
+	@v = sort { $a <=> $b } @v;
+	return @v ? $v[ int($p * $#v + 0.5) ] : -1;
+}
+
 for my $version (@RlockTest::Redisson::VERSIONS)
 {
 	# a 3 s watchdog: Java renews every second
@@ -116,6 +123,54 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	cmp_ok($r->{at} - $t0, '<', 2.5,
 		"$v woken by the release (the rlock reader's lease was 30 s)") if $r;
 	$java->call('b.1', 'write.unlock', $k);
+
+	#---- wake-up latency of each pair, ten times ----
+
+	my (@to_sql, @to_java);
+	for my $i (1 .. 10)
+	{
+		# a Java write unlock wakes a shared waiter
+		$java->call('b.1', 'write.trylock', $k, 0, 60000);
+		RlockTest::send_query($s,
+			"SELECT extract(epoch FROM clock_timestamp()) FROM (SELECT rlock_session_try_shared('$k', '20 s')) l WHERE l.rlock_session_try_shared;");
+		RlockTest::wait_until(sub { waiting($k) == 1 }, 10);
+		RlockTest::wait_until(
+			sub { $redis->cmd('PUBSUB', 'NUMSUB', rwchan($k))->[1] >= 1 }, 10);
+		$r = $java->result($java->send('b.1', 'write.unlock', $k), 10);
+		($out) = RlockTest::collect($s);
+		push @to_sql, ($1 - $r->{start}) * 1000 if $out =~ /^(\d+\.\d+)$/m;
+
+		# a shared release wakes a Java writer
+		$id = $java->send('b.1', 'write.trylock', $k, 20000);
+		RlockTest::wait_until(
+			sub { $redis->cmd('PUBSUB', 'NUMSUB', rwchan($k))->[1] >= 1 }, 10);
+		$t0 = time;
+		$s->query_safe("SELECT rlock_session_release_shared('$k')");
+		$r = $java->result($id, 25);
+		push @to_java, ($r->{at} - $t0) * 1000 if $r && $r->{value} eq 'true';
+		$java->call('b.1', 'write.unlock', $k);
+	}
+	is(scalar @to_sql, 10, "$v ten shared waiters woken by a write unlock");
+	is(scalar @to_java, 10, "$v ten Java writers woken by a shared release");
+	diag(sprintf(
+			'%s wake-up, ms: Java write unlock to SQL reader p50 %.1f p99 %.1f; SQL reader release to Java writer p50 %.1f p99 %.1f',
+			$v, percentile(0.5, @to_sql), percentile(0.99, @to_sql),
+			percentile(0.5, @to_java), percentile(0.99, @to_java)));
+
+	#---- a Redisson RLock on the name waits for rlock's readers ----
+
+	$s->query_safe("BEGIN; SELECT rlock_try_shared('$k')");
+	is($java->call('g.1', 'trylock', $k, 0), 'false',
+		"$v a Redisson RLock is kept out by a shared hold");
+	$id = $java->send('g.1', 'trylock', $k, 20000);
+	ok(RlockTest::wait_until(sub { $redis->subscribers($k) >= 1 }, 10),
+		"$v and waits on the lock's channel");
+	$t0 = time;
+	$s->query_safe('COMMIT');
+	$r = $java->result($id, 25);
+	ok($r && $r->{value} eq 'true' && $r->{at} - $t0 < 10,
+		"$v woken by the shared release, not at the 30 s lease");
+	$java->call('g.1', 'unlock', $k);
 
 	#---- both halves in one hand, on each side ----
 

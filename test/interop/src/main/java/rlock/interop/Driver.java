@@ -10,12 +10,12 @@
  * thread a thread of its own, since Redisson locks belong to a thread.
  * Options: --redis redis://host:port, --codec default|string (the codec
  * the clients are configured with), --watchdog ms (lockWatchdogTimeout),
- * --jdbc url (for "stress").  With --sentinel name the clients find the
- * primary of that name through the Sentinels --redis lists, comma
- * separated, as useSentinelServers does; --password is the data nodes'
- * password and --sentinel-password the Sentinels'.  With --cluster yes the
- * clients use the Redis Cluster whose nodes --redis lists, comma
- * separated, as useClusterServers does; --sharded off sets
+ * --jdbc url (for "stress" and "rwstress").  With --sentinel name the
+ * clients find the primary of that name through the Sentinels --redis
+ * lists, comma separated, as useSentinelServers does; --password is the
+ * data nodes' password and --sentinel-password the Sentinels'.  With
+ * --cluster yes the clients use the Redis Cluster whose nodes --redis
+ * lists, comma separated, as useClusterServers does; --sharded off sets
  * shardedSubscriptionMode OFF (Redisson 3.29 and later) for classic
  * pub/sub.
  *
@@ -311,6 +311,9 @@ public final class Driver
 			case "sleep":
 				Thread.sleep(Long.parseLong(a[0]));
 				return "done";
+			case "rwstress":
+				return rwstress(actor, a[0], Integer.parseInt(a[1]),
+								Long.parseLong(a[2]));
 			case "stress":
 				return stress(actor, a[0], Integer.parseInt(a[1]),
 							  Integer.parseInt(a[2]));
@@ -435,6 +438,107 @@ public final class Driver
 		if (!failures.isEmpty())
 			throw new RuntimeException(failures.get(0));
 		return sections.get() + " " + timeouts.get() + " " + longest.get();
+	}
+
+	/*
+	 * threads threads of the actor's client share the read-write lock of
+	 * key for seconds, with the row key of "rwdata" (a, b): one section in
+	 * four a writer's, under writeLock(), which adds 1 to a and then to b
+	 * in two statements committed apart; the others a reader's, under
+	 * readLock(), which reads both and records the row in "rwtorn" if they
+	 * differ (a write half done).  Each section's span goes to "rwspans"
+	 * with "w" or "r".  Returns "<writes> <reads>".
+	 */
+	private Object rwstress(String actor, String key, int threads, long seconds)
+		throws Exception
+	{
+		List<Thread> workers = new ArrayList<>();
+		List<Throwable> failures = new ArrayList<>();
+		RedissonClient c = client(actor);
+		long end = System.nanoTime() + seconds * 1_000_000_000L;
+		java.util.concurrent.atomic.AtomicLong writes =
+			new java.util.concurrent.atomic.AtomicLong();
+		java.util.concurrent.atomic.AtomicLong reads =
+			new java.util.concurrent.atomic.AtomicLong();
+
+		for (int t = 0; t < threads; t++)
+		{
+			final int seed = t;
+
+			Thread w = new Thread(() -> {
+				org.redisson.api.RReadWriteLock rw = c.getReadWriteLock(key);
+				java.util.Random random = new java.util.Random(seed);
+
+				try (Connection db = DriverManager.getConnection(jdbcUrl))
+				{
+					PreparedStatement now = db.prepareStatement(
+						"SELECT clock_timestamp()");
+					PreparedStatement incA = db.prepareStatement(
+						"UPDATE rwdata SET a = a + 1 WHERE k = ?");
+					PreparedStatement incB = db.prepareStatement(
+						"UPDATE rwdata SET b = b + 1 WHERE k = ?");
+					PreparedStatement look = db.prepareStatement(
+						"INSERT INTO rwtorn SELECT k, a, b FROM rwdata WHERE k = ? AND a <> b");
+					PreparedStatement span = db.prepareStatement(
+						"INSERT INTO rwspans VALUES (?, ?, ?, clock_timestamp(), 'java')");
+
+					db.setAutoCommit(true);
+					while (System.nanoTime() < end)
+					{
+						boolean writer = random.nextInt(4) == 0;
+						RLock l = writer ? rw.writeLock() : rw.readLock();
+
+						l.lock();
+						try
+						{
+							java.sql.Timestamp s;
+
+							try (ResultSet r = now.executeQuery())
+							{
+								r.next();
+								s = r.getTimestamp(1);
+							}
+							if (writer)
+							{
+								incA.setString(1, key);
+								incA.executeUpdate();
+								incB.setString(1, key);
+								incB.executeUpdate();
+								writes.incrementAndGet();
+							}
+							else
+							{
+								look.setString(1, key);
+								look.executeUpdate();
+								reads.incrementAndGet();
+							}
+							span.setString(1, key);
+							span.setString(2, writer ? "w" : "r");
+							span.setTimestamp(3, s);
+							span.executeUpdate();
+						}
+						finally
+						{
+							l.unlock();
+						}
+					}
+				}
+				catch (Throwable e)
+				{
+					synchronized (failures)
+					{
+						failures.add(e);
+					}
+				}
+			});
+			workers.add(w);
+			w.start();
+		}
+		for (Thread w : workers)
+			w.join();
+		if (!failures.isEmpty())
+			throw new RuntimeException(failures.get(0));
+		return writes.get() + " " + reads.get();
 	}
 
 	/*
