@@ -69,7 +69,7 @@ endif
 
 # Suites for "make installcheck".  They need a Redis server and a config
 # file naming it (test/out/rlock.conf): test/harness/run-tests provides both.
-REGRESS = api errors scopes savepoints procedures tokens views shared
+REGRESS = api errors scopes savepoints procedures tokens views shared fair
 REGRESS_OPTS = --temp-instance=./tmp_regress \
 	--temp-config=./test/out/rlock.conf
 ISOLATION = blocking wakeup commit_visible abort_release session_xact deadlock shared_matrix
@@ -204,7 +204,7 @@ deb: debian/changelog
 # the tests against the real Redisson (Java), node-redisson, HikariCP and
 # Spring only
 interop:
-	RLOCK_TAP="034 035 036 039 045 050 058" test/harness/run-tests
+	RLOCK_TAP="034 035 036 039 045 050 058 078 081 083" test/harness/run-tests
 
 demo:
 	test/demo/run-demo

@@ -49,6 +49,50 @@ RETURNS integer
 AS 'MODULE_PATHNAME', 'rlock_held_shared'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Fair locks: Redisson's fair lock (getFairLock), taken in the order of
+-- the queue its clients and every rlock instance share.
+CREATE FUNCTION rlock_try_fair(key text, wait interval DEFAULT '0',
+                               lease interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_try_fair'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_lock_fair(key text, lease interval DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'rlock_lock_fair'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_session_try_fair(key text, wait interval DEFAULT '0',
+                                       lease interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_session_try_fair'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_session_lock_fair(key text, lease interval DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'rlock_session_lock_fair'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION rlock_try_fair(text, interval, interval),
+    rlock_lock_fair(text, interval),
+    rlock_session_try_fair(text, interval, interval),
+    rlock_session_lock_fair(text, interval) FROM PUBLIC;
+
+CREATE FUNCTION rlock_release_fair(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_release_fair'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_session_release_fair(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_session_release_fair'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_held_fair(key text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'rlock_held_fair'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- rlock_locks shows each row's mode ('exclusive' or 'shared'), after
 -- the columns of 1.5, unchanged.  The grants made since the install on
 -- what this script makes again are kept as rlock--1.4--1.5.sql keeps

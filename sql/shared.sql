@@ -31,15 +31,16 @@ SELECT rlock_held_shared('sh:b'), rlock_is_locked('sh:b');
 
 -- no upgrade: a session holding a key shared only cannot take it
 -- exclusively (it would wait for itself), in any form
-\set VERBOSITY verbose
 BEGIN;
 SELECT rlock_try_shared('sh:u');
 SELECT rlock_try('sh:u');
+\echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 SELECT rlock_session_try_shared('sh:u');
 SELECT rlock_session_lock('sh:u');
+\echo :LAST_ERROR_SQLSTATE
 SELECT rlock_session_try_token('sh:u');
-\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
 SELECT rlock_held('sh:u'), rlock_held_shared('sh:u');
 SELECT rlock_session_release_shared('sh:u'), rlock_is_locked('sh:u');
 
@@ -54,6 +55,7 @@ SELECT rlock_held('sh:d'), rlock_held_shared('sh:d'), rlock_is_locked('sh:d');
 SELECT owners, count FROM rlock_holder('sh:d');
 -- now shared only: exclusive is an upgrade
 SELECT rlock_session_try('sh:d');
+\echo :LAST_ERROR_SQLSTATE
 SELECT rlock_session_release_shared('sh:d'), rlock_is_locked('sh:d');
 
 -- releases name their mode

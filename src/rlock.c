@@ -46,6 +46,7 @@ int			rlock_connect_timeout = 2000;
 int			rlock_command_timeout = 3000;
 int			rlock_watchdog_timeout = 30000;
 int			rlock_handoff_limit = 4;
+int			rlock_fair_wait_timeout = 300000;
 int			rlock_max_key_length = 512;
 int			rlock_max_locks = 4096;
 int			rlock_max_locks_per_session = 256;
@@ -238,6 +239,14 @@ rlock_define_settings(void)
 							&rlock_handoff_limit,
 							4, 0, INT_MAX,
 							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("rlock.fair_wait_timeout",
+							"How long a fair lock's queue keeps the place of a session that waits without limit.",
+							"Redisson's fairLockWaitTimeout, which its lock() uses: a waiter that is still queued after it counts as gone (its instance died).  A bounded wait queues for that wait.",
+							&rlock_fair_wait_timeout,
+							300000, 1000, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("rlock.max_key_length",

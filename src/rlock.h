@@ -63,6 +63,7 @@ extern int	rlock_connect_timeout;
 extern int	rlock_command_timeout;
 extern int	rlock_watchdog_timeout;
 extern int	rlock_handoff_limit;
+extern int	rlock_fair_wait_timeout;
 extern int	rlock_max_key_length;
 extern int	rlock_max_locks;
 extern int	rlock_max_locks_per_session;

@@ -83,6 +83,14 @@ typedef struct RlockRequest
 extern RlockStatus rlock_request(const RlockRequest *req, int64 *value);
 extern void rlock_abandon_request(void);
 extern const char *rlock_last_detail(void);
+/* calls.c: the bodies of the kinds' functions that take and give back */
+extern bool rlock_call_take(FunctionCallInfo fcinfo, RlockKind kind,
+							int mode, bool session, bool bounded,
+							bool want_token, int64 *token);
+extern bool rlock_call_give(FunctionCallInfo fcinfo, RlockKind kind,
+							int mode, bool session, const char *suffix,
+							const char *other);
+
 extern void rlock_report_status(RlockStatus status, const char *key,
 								int keylen);
 

@@ -41,6 +41,10 @@ typedef struct RlockKindHold
 	int			mode;			/* the kind's mode; 0 for a kind without */
 	bool		waited;			/* acquire: a waiter's try, which leaves a
 								 * lock yielded to other clients to them */
+	int64		queue_ms;		/* acquire, give_up: how long the owner may
+								 * wait in ms (-1: without limit, 0: it may
+								 * not), for a kind that queues its waiters
+								 * in Redis (give_up) */
 } RlockKindHold;
 
 /* A message that retries every waiter of its channel (the wake method) */
@@ -157,6 +161,12 @@ typedef struct RlockKindMethod
 	/* how many waiters a message on that channel, or on a blocker's,
 	 * retries: RLOCK_WAKE_ALL for every one, 0 for none */
 	int			(*wake) (const char *payload, int len);
+	/* optional: the channel a waiter of this hold listens on, when each
+	 * has its own (the fair kind: its owner's, where its turn is told),
+	 * written to buf (room for RLOCK_WAITER_CHANNEL_MAXLEN(keylen)); its
+	 * length.  Such waiters form no line and are handed nothing: each
+	 * tries at once and waits for its own message. */
+	int			(*waiter_channel) (char *buf, const RlockKindHold *hold);
 	/* how many local waiters of the key a release of this instance that
 	 * leaves the owner "left" hands the lock to, right behind it */
 	int			(*hand_off) (RlockAmount left);
@@ -201,7 +211,21 @@ typedef struct RlockKindMethod
 	 * key's channel (-1: not known); false if the reply means nothing */
 	bool		(*transfer_result) (const RlockReply *reply, bool *moved,
 									int *heard);
+
+	/*
+	 * Optional, for a kind whose waiters queue in Redis (an acquire whose
+	 * hold->queue_ms is not 0 puts its owner in the queue): the owner no
+	 * longer waits (its wait ran out, it was cancelled, its session
+	 * ended) and leaves the queue, hold->queue_ms being what its acquires
+	 * said; the reply does not matter.
+	 */
+	void		(*give_up) (RlockArgs *args, RlockCmd *cmd,
+							const RlockKindHold *hold);
 } RlockKindMethod;
+
+/* room for the channel of a waiter of its own (waiter_channel) */
+#define RLOCK_WAITER_CHANNEL_MAXLEN(keylen) \
+	(RLOCK_CHANNEL_MAXLEN(keylen) + RLOCK_OWNER_MAXLEN + 1)
 
 /* every kind's methods (shared.h's list names them), and the table */
 #define RLOCK_KIND_METHODS(NUMBER, name) \

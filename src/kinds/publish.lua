@@ -12,8 +12,8 @@
 -- the message.  Returns how many subscribers the message reached, as
 -- the publish commands count them (those of this node).
 --
--- rlock_free(at) deletes the lock KEYS[1] and publishes "0" on its
--- channel (KEYS[2] where channels are keys), as Redisson's unlock does:
+-- rlock_free(k, at) deletes the lock KEYS[1] and publishes "0" on its
+-- channel (KEYS[k] where channels are keys), as Redisson's unlock does:
 -- that wakes Redisson's waiters and rlock's alike.  It then tells the
 -- rest of the family that may wait for the name (rlock_tell_family):
 -- "1" on redisson_rwlock:{name}, where the waiters of a Redisson
@@ -70,7 +70,7 @@ local function rlock_tell_family(at)
 	end
 	return heard
 end
-local function rlock_free(at)
+local function rlock_free(k, at)
 	redis.call('del', KEYS[1])
-	return rlock_publish(2, at, '0') + rlock_tell_family(at)
+	return rlock_publish(k, at, '0') + rlock_tell_family(at)
 end

@@ -32,6 +32,8 @@
 #define RLOCK_TOKEN_PREFIX		"redisson_lock_token:"
 #define RLOCK_YIELD_PREFIX		"rlock_yield:"
 #define RLOCK_RWLOCK_PREFIX		"redisson_rwlock:"
+#define RLOCK_QUEUE_PREFIX		"redisson_lock_queue:"
+#define RLOCK_DEADLINES_PREFIX	"redisson_lock_timeout:"
 
 /*
  * What a request asks for.  Releases at transaction end do not use a
@@ -58,7 +60,18 @@ typedef enum RlockOp
  * test/kinds/test_kinds.h after these, for tests only.
  */
 #define RLOCK_KIND_LIST(X) \
-	X(PLAIN, plain)				/* Redisson RLock: reentrant exclusive */
+	X(PLAIN, plain)				/* Redisson RLock: reentrant exclusive, and
+								 * its read lock (the shared mode) */ \
+	X(FAIR, fair)				/* Redisson fair lock: exclusive, FIFO */
+
+/*
+ * The kinds whose lock is the hash of Redisson's lock family at the key
+ * itself (its RLock, fair and read-write locks): a session holds a key in
+ * one of them at a time (backend/calls.c), and a forced release removes
+ * every one's holds of the key (worker/entries.c).
+ */
+#define RLOCK_KIND_IN_FAMILY(kind) \
+	((kind) == RLOCK_KIND_PLAIN || (kind) == RLOCK_KIND_FAIR)
 
 #ifdef RLOCK_TEST_KINDS
 #include "test_kinds.h"

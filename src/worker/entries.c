@@ -89,8 +89,9 @@ worker_hold_owned(int index, uint64 owner_id, bool holding,
 /*
  * A forced release from this instance removed the lock of a kind: the
  * local holders of the key in that kind lost it, whatever
- * rlock.verify_at_commit says (a hold of the key in another kind is
- * another lock, which the forced release left alone).  An entry with
+ * rlock.verify_at_commit says, and so did those of the kinds whose lock
+ * is the same hash (RLOCK_KIND_IN_FAMILY); a hold of the key in another kind is
+ * another lock, which the forced release left alone.  An entry with
  * no confirmed hold is a waiter let in after the removal, or about to be:
  * it is left alone.  The key of an entry is compared only while it is the
  * entry read, whose key stays as long as its generation.
@@ -107,7 +108,9 @@ worker_holds_lose_key(RlockKind kind, const char *key, int keylen)
 		bool		newly;
 
 		rlock_hold_read(i, &h);
-		if (!h.in_use || h.kind != kind || h.count <= 0 ||
+		if (!h.in_use || h.count <= 0 ||
+			(h.kind != kind && !(RLOCK_KIND_IN_FAMILY(h.kind) &&
+								 RLOCK_KIND_IN_FAMILY(kind))) ||
 			h.keylen != keylen ||
 			memcmp(rlock_hold(i)->key, key, keylen) != 0)
 			continue;
@@ -147,6 +150,7 @@ worker_batch_send(RlockConn *conn, WorkerCmdType type, int64 arg_ms,
 		holds[i].owner_id = h->owner_id;
 		holds[i].mode = h->mode;
 		holds[i].waited = false;
+		holds[i].queue_ms = 0;
 	}
 	rlock_kinds[kind]->batch(args, &wc->cmd,
 							 type == WORKER_CMD_RENEW ? RLOCK_BATCH_RENEW :

@@ -210,6 +210,7 @@ worker_send_release(int index, int32 target, int64 lease_ms)
 	kh.owner_id = h->owner_id;
 	kh.mode = h->mode;
 	kh.waited = false;
+	kh.queue_ms = 0;
 	wc->hold = index;
 	wc->target = target;
 	wc->lease_ms = worker_lease(lease_ms);

@@ -51,6 +51,7 @@ worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value)
 							 TimestampTzPlusMilliseconds(wc->cmd.sent_at,
 														 wc->lease_ms), 0);
 	req->handed = false;		/* taken: its release will hand it on */
+	req->granted = true;
 	if (h->mode == RLOCK_MODE_SHARED)
 		rlock_waiters_shared(h->kind, h->key, h->keylen, h->mode);
 	if (!worker_answer(wc->slot, req->seq, RLOCK_STATUS_OK, value, NULL))

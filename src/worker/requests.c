@@ -215,6 +215,36 @@ worker_note_unanswered(WorkerReq *req, WorkerCmd *wc)
 }
 
 /*
+ * A request that may have put its owner in its kind's queue in Redis
+ * ends without the lock: take the owner out, behind whatever the request
+ * sent on the same connection (a try still on the wire queues first, and
+ * is undone by this).  Its reply does not matter: an owner left in the
+ * queue, the connection lost, goes when its entry's time runs out.
+ */
+static void
+worker_give_up(WorkerReq *req)
+{
+	RlockHold  *h = rlock_hold(req->args.hold);
+	RlockConn  *conn = worker_hold_conn(req->args.hold);
+	WorkerCmd  *wc;
+	RlockArgs  *args;
+	RlockKindHold kh;
+
+	if (conn == NULL || !rlock_conn_ready(conn))
+		return;
+	memset(&kh, 0, sizeof(kh));
+	kh.key = h->key;
+	kh.keylen = h->keylen;
+	kh.owner_id = h->owner_id;
+	kh.mode = h->mode;
+	kh.queue_ms = req->queue_ms;
+	wc = worker_cmd_new(WORKER_CMD_PUBLISH);
+	args = worker_args();
+	rlock_kinds[h->kind]->give_up(args, &wc->cmd, &kh);
+	(void) worker_cmd_send(conn, wc, args);
+}
+
+/*
  * Forget a request: it is answered, or its backend gave it up.  A command
  * still on the wire for it will find the request gone when answered.  A
  * request woken for a retry that it will now never send passes the
@@ -242,6 +272,9 @@ worker_forget(WorkerReq *req)
 		rlock_waiters_pass_on(h->kind, h->key, h->keylen, req->handed);
 	}
 	rlock_waiters_leave(worker_slot_of(req));
+	if (req->queued && !req->granted)
+		worker_give_up(req);
+	req->queued = false;
 	req->woken = false;
 	req->handed = false;
 	if (req->key != NULL)
@@ -490,6 +523,8 @@ worker_start(WorkerReq *req, uint64 seq, const RlockRequestArgs *args,
 	req->handed = false;
 	req->tried = false;
 	req->line_only = false;
+	req->queued = false;
+	req->granted = false;
 	req->told_busy = false;
 	req->failover_since = 0;
 	req->unanswered_since = 0;

@@ -220,6 +220,9 @@ worker_join_line(WorkerReq *req)
 	TimestampTz retry_at;
 	int			blocker;
 
+	/* waiters of a kind that queues in Redis form no line here */
+	if (rlock_kinds[h->kind]->waiter_channel != NULL)
+		return false;
 	busy_until = rlock_waiters_line(h->kind, h->key, h->keylen, &blocker);
 	now = GetCurrentTimestamp();
 	if (busy_until <= now)
@@ -268,6 +271,24 @@ worker_send_acquire(WorkerReq *req)
 	kh.mode = h->mode;
 	/* a waiter leaves a lock yielded to other clients to them */
 	kh.waited = req->told_busy;
+	/*
+	 * One that may wait queues, where its kind has a queue, for the wait
+	 * it has left when it first tries (-1: without limit); its give-up
+	 * names the same
+	 */
+	kh.queue_ms = 0;
+	if (rlock_kinds[h->kind]->give_up != NULL)
+	{
+		if (!req->queued)
+		{
+			TimestampTz now = GetCurrentTimestamp();
+
+			req->queue_ms = req->args.wait_until == 0 ? -1 :
+				Max((req->args.wait_until - now) / 1000, 0);
+			req->queued = (req->queue_ms != 0);
+		}
+		kh.queue_ms = req->queue_ms;
+	}
 
 	wc = worker_cmd_new(WORKER_CMD_ACQUIRE);
 	wc->slot = slot;

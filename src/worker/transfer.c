@@ -153,6 +153,7 @@ transfer_cmd(RlockConn *conn, int from_index, int hold, int32 target,
 	from.owner_id = h->owner_id;
 	from.mode = h->mode;
 	from.waited = false;
+	from.queue_ms = 0;
 	to = from;
 	to.owner_id = rlock_hold(hold)->owner_id;
 

@@ -216,7 +216,7 @@ rlock_waiters_init(int nslots)
 	blocked = MemoryContextAllocZero(rlock_worker_context,
 									 sizeof(Waiter) * nslots);
 	channel_buf = MemoryContextAlloc(rlock_worker_context,
-									 RLOCK_CHANNEL_MAXLEN(rlock_max_key_length));
+									 RLOCK_WAITER_CHANNEL_MAXLEN(rlock_max_key_length));
 }
 
 static WaitGroup *
@@ -374,10 +374,14 @@ waiters_wake(WaitGroup *g, int n, const char *key, int keylen)
 static WaitGroup *
 waiters_find_key(RlockKind kind, const char *key, int keylen)
 {
+	WaitGroup  *g;
+
 	if (hash_get_num_entries(groups) == 0)
 		return NULL;
-	return waiters_find(channel_buf,
-						rlock_kinds[kind]->channel(channel_buf, key, keylen));
+	g = waiters_find(channel_buf,
+					 rlock_kinds[kind]->channel(channel_buf, key, keylen));
+	/* another kind's line on the same channel is none of this kind's */
+	return (g != NULL && g->kind == kind && !g->blocker) ? g : NULL;
 }
 
 /*
@@ -513,23 +517,37 @@ waiters_add(Waiter *w, WaitGroup *g)
 
 /*
  * The request in "slot" waits for the lock "key": put it in the key's
- * group, subscribing if it is the first.  If it is in already, subscribe
- * again a group whose subscription Redis refused a while ago.
+ * group (or, for a kind whose waiters each have a channel, its own),
+ * subscribing if it is the first.  If it is in already, subscribe again a
+ * group whose subscription Redis refused a while ago.
  */
 void
 rlock_waiters_join(int slot, RlockKind kind, const char *key, int keylen)
 {
 	Waiter	   *w = &waiters[slot];
+	const RlockKindMethod *method = rlock_kinds[kind];
+	int			len;
 
 	if (w->group != NULL)
 	{
 		waiters_subscribe_if_due(w->group);
 		return;
 	}
-	waiters_add(w, waiters_group(kind,
-								 rlock_kinds[kind]->channel(channel_buf, key,
-															keylen),
-								 false));
+	if (method->waiter_channel != NULL)
+	{
+		RlockHold  *h = rlock_hold(worker_req(slot)->args.hold);
+		RlockKindHold kh;
+
+		memset(&kh, 0, sizeof(kh));
+		kh.key = key;
+		kh.keylen = keylen;
+		kh.owner_id = h->owner_id;
+		kh.mode = h->mode;
+		len = method->waiter_channel(channel_buf, &kh);
+	}
+	else
+		len = method->channel(channel_buf, key, keylen);
+	waiters_add(w, waiters_group(kind, len, false));
 }
 
 /*

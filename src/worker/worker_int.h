@@ -128,6 +128,12 @@ typedef struct WorkerReq
 	TimestampTz failover_since; /* ACQUIRE: began to wait for a failover to
 								 * name a reachable primary, 0 if not */
 	bool		line_only;		/* ACQUIRE: joined the line, never tried */
+	bool		queued;			/* ACQUIRE: a try that may have put its
+								 * owner in its kind's queue in Redis
+								 * (give_up) was sent */
+	int64		queue_ms;		/* ACQUIRE: the wait it queued for (ms,
+								 * -1 without limit) */
+	bool		granted;		/* ACQUIRE: answered with the lock */
 	int			noscript;		/* NOSCRIPT retries so far */
 	TimestampTz unanswered_since;	/* sending of the first command that
 									 * went unanswered, 0 if none */

@@ -222,6 +222,39 @@ sub shared_round
 	$h->quit;
 }
 
+# A fair round on $key: a session of $n1 holds it fair; one of $n1
+# queues with a short wait, one of $n2 behind it; the first gives up (its
+# entry goes, the one behind loses its wait); the release wakes the head
+# on its own channel, which takes the lock and leaves the queue.
+sub fair_round
+{
+	my ($n1, $n2, $key, $what) = @_;
+	my $h = $n1->background_psql('postgres');
+	is($h->query_safe("SELECT rlock_session_try_fair('$key')"), 't',
+		"$what: $key held fair");
+	my $short = $n1->background_psql('postgres', on_error_stop => 0);
+	RlockTest::send_query($short, "SELECT rlock_try_fair('$key', '1 s') AS got;");
+	ok(RlockTest::waiting_in_sql($n1, $key), "$what: $key queued for with a short wait");
+	my $w = $n2->background_psql('postgres', on_error_stop => 0);
+	RlockTest::send_query($w, "SELECT rlock_try_fair('$key', '20 s') AS got;");
+	my $waiting = $n1 == $n2 ? 2 : 1;
+	ok(RlockTest::wait_until(
+			sub {
+				$n2->safe_psql('postgres',
+					"SELECT count(*) FROM rlock_locks WHERE key = '$key' AND state = 'waiting'")
+				  == $waiting;
+			},
+			10),
+		"$what: and behind it for longer");
+	my ($got) = RlockTest::collect($short);
+	is($got, 'f', "$what: the short wait gives up");
+	is($h->query_safe("SELECT rlock_session_release_fair('$key')"), 't',
+		"$what: released");
+	($got) = RlockTest::collect($w);
+	is($got, 't', "$what: the queue's head gets $key");
+	$_->quit for $short, $w, $h;
+}
+
 # a lock with its waiter: busy, subscribed, woken by the release
 my $s1 = $na->background_psql('postgres');
 is($s1->query_safe("SELECT rlock_session_try('acl:k')"), 't', 'a lock is taken');
@@ -278,6 +311,7 @@ $nx->stop;
 # writer waiting, the exclusive hold given back (the lock left to the
 # reader), then the shared one (the waiter woken)
 shared_round($na, $nb, 'acl:sh', 'standalone');
+fair_round($na, $nb, 'acl:fa', 'standalone');
 
 # a lock forced away
 $s1->query_safe("SELECT rlock_session_try('acl:f')");
@@ -397,6 +431,7 @@ for my $key ('n:k', 'n:{k}')
 		"narrow patterns: $key forced away");
 	$s1->quit;
 	shared_round($na, $nb, "s$key", 'narrow patterns');
+	fair_round($na, $nb, "f$key", 'narrow patterns');
 }
 is($primary->cmd('EXISTS', 'redisson_lock_token:app:n:{k}'), 1,
 	'the token counters were under the prefix too');
@@ -578,6 +613,8 @@ is($nc->safe_psql('postgres', "SELECT rlock_force_release('$keys[1]')"), 't',
 	'Cluster: a lock forced away');
 $s->quit;
 wake($keys[2], 'sharded');
+shared_round($nc, $nc, 'cs:k', 'Cluster');
+fair_round($nc, $nc, 'cf:k', 'Cluster');
 
 # a key of a slot that is migrating: ASK, and ASKING on the new node
 my ($ask_key) = grep { $cluster->owner($cluster->slot($_)) == $primaries[0] }
@@ -644,6 +681,7 @@ for my $key ('n:k', 'n:{k}')
 		"Cluster, narrow patterns: $key forced away");
 	$s->quit;
 	shared_round($nc, $nc, "s$key", 'Cluster, narrow patterns');
+	fair_round($nc, $nc, "f$key", 'Cluster, narrow patterns');
 }
 is_deeply([ map { refusals($_) } $cluster->nodes ], [],
 	'Cluster, narrow patterns: Redis refused nothing');

@@ -26,5 +26,5 @@ end
 if not rlock_is_lock(KEYS[1]) then
 	return redis.error_reply('WRONGTYPE the key holds a hash of other data, not a lock')
 end
-rlock_free(1)
+rlock_free(2, 1)
 return 1

@@ -37,4 +37,4 @@ if redis.call('hlen', KEYS[1]) > 2 then
 	rlock_publish_to(4, rlock_derived('redisson_rwlock:', KEYS[1]), '1')
 	return 0
 end
-return 1 + rlock_free(4)
+return 1 + rlock_free(2, 4)

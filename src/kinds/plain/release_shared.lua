@@ -62,4 +62,4 @@ if longest > 0 then
 	redis.call('pexpire', name, longest)
 	return 0
 end
-return 1 + rlock_free(4)
+return 1 + rlock_free(2, 4)

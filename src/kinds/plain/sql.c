@@ -6,10 +6,11 @@
  *		shared forms (rlock_try_shared, ...), which take the lock as
  *		Redisson's read lock does.
  *
- * They shape their arguments into a request (backend/backend.h does the
- * checks and the rest): a wait (absent for the *_lock forms, which wait
- * without limit under lock_timeout), a lease (NULL: the watchdog), and
- * whether a fencing token is wanted.  Runs in backends.
+ * They shape their arguments into a call of backend/calls.c, which does
+ * the checks and the rest: the mode, the scope, a wait (absent for the
+ * *_lock forms, which wait without limit under lock_timeout), a lease
+ * (NULL: the watchdog), and whether a fencing token is wanted.  Runs in
+ * backends.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -42,122 +43,19 @@ PG_FUNCTION_INFO_V1(rlock_session_lock_shared);
 PG_FUNCTION_INFO_V1(rlock_session_release_shared);
 PG_FUNCTION_INFO_V1(rlock_held_shared);
 
-/*
- * A session that holds a key shared only cannot take it exclusively: the
- * exclusive hold would wait for the session's own shared one for ever
- * (Redisson has no upgrade either).  A session that holds it exclusively
- * too re-enters.
- */
-static void
-plain_check_upgrade(const RlockKey *key)
-{
-	if (rlock_held_count(RLOCK_KIND_PLAIN, RLOCK_MODE_SHARED, key->redis,
-						 key->len) > 0 &&
-		rlock_held_count(RLOCK_KIND_PLAIN, RLOCK_MODE_EXCLUSIVE, key->redis,
-						 key->len) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-				 errmsg("lock \"%s\" is held in shared mode by this session",
-						key->sql),
-				 errdetail("A shared lock cannot be upgraded: an exclusive lock would wait for this session's own shared hold."),
-				 errhint("Release the shared hold first, or take the lock exclusively before taking it shared.")));
-}
-
-/*
- * Shared body of the acquiring functions, for a hold in "mode" (exclusive
- * or shared).  With "bounded", the wait comes
- * from argument 1 and the lease from argument 2; otherwise the wait has no
- * limit (lock_timeout applies) and the lease is argument 1.  With a token
- * wanted, *token receives it.
- */
-static bool
-plain_take(FunctionCallInfo fcinfo, int mode, bool session, bool bounded,
-		   bool want_token, int64 *token)
-{
-	RlockKey	key;
-	TimestampTz wait_until;
-	int64		lease_ms;
-	RlockStatus status;
-
-	rlock_arg_key(fcinfo, 0, &key);
-	if (bounded)
-	{
-		wait_until = rlock_arg_deadline(rlock_arg_interval_us(fcinfo, 1,
-															  "wait", false,
-															  true));
-		lease_ms = rlock_arg_lease_ms(fcinfo, 2);
-	}
-	else
-	{
-		wait_until = 0;
-		lease_ms = rlock_arg_lease_ms(fcinfo, 1);
-	}
-
-	if (mode == RLOCK_MODE_EXCLUSIVE)
-		plain_check_upgrade(&key);
-	status = rlock_acquire(RLOCK_KIND_PLAIN, mode, key.redis, key.len,
-						   session, wait_until, lease_ms, !bounded,
-						   want_token, token);
-	rlock_report_status(status, key.sql, strlen(key.sql));
-	return status == RLOCK_STATUS_OK;
-}
-
-/*
- * Shared body of the releasing functions.
- */
-static bool
-plain_give(FunctionCallInfo fcinfo, int mode, bool session)
-{
-	RlockKey	key;
-	RlockStatus status;
-	bool		found;
-	const char *shared = (mode == RLOCK_MODE_SHARED) ? "_shared" : "";
-
-	rlock_arg_key(fcinfo, 0, &key);
-	status = rlock_release_one(RLOCK_KIND_PLAIN, mode, key.redis, key.len,
-							   session, &found);
-	if (!found)
-	{
-		bool		other_scope = rlock_held_count(RLOCK_KIND_PLAIN, mode,
-												key.redis, key.len) > 0;
-		bool		other_mode = rlock_held_count(RLOCK_KIND_PLAIN, 1 - mode,
-											   key.redis, key.len) > 0;
-
-		ereport(WARNING,
-				(errmsg("lock \"%s\" is not held in %s scope%s by this session",
-						key.sql, session ? "session" : "transaction",
-						mode == RLOCK_MODE_SHARED ? " in shared mode" : ""),
-				 other_scope ?
-				 errhint("It is held in %s scope; release it with %s%s().",
-						 session ? "transaction" : "session",
-						 session ? "rlock_release" : "rlock_session_release",
-						 shared) :
-				 other_mode ?
-				 errhint("It is held in %s mode; release it with %s%s().",
-						 mode == RLOCK_MODE_SHARED ? "exclusive" : "shared",
-						 session ? "rlock_session_release" : "rlock_release",
-						 mode == RLOCK_MODE_SHARED ? "" : "_shared") : 0));
-		return false;
-	}
-	if (status == RLOCK_STATUS_NOT_HELD)
-	{
-		ereport(WARNING,
-				(errmsg("lock \"%s\" was no longer held in Redis", key.sql),
-				 errdetail("Its lease ran out or it was removed before this release."),
-				 (!session && rlock_verify_at_commit) ?
-				 errhint("The transaction will fail at commit.") : 0));
-		return false;
-	}
-	rlock_report_status(status, key.sql, strlen(key.sql));
-	return true;
-}
+/* the calls of backend/calls.c, for this kind */
+#define TAKE(mode, session, bounded, want_token) \
+	rlock_call_take(fcinfo, RLOCK_KIND_PLAIN, (mode), (session), (bounded), \
+					(want_token), &token)
+#define EXCLUSIVE	RLOCK_MODE_EXCLUSIVE
+#define SHARED		RLOCK_MODE_SHARED
 
 Datum
 rlock_try(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	PG_RETURN_BOOL(plain_take(fcinfo, RLOCK_MODE_EXCLUSIVE, false, true, false, &token));
+	PG_RETURN_BOOL(TAKE(EXCLUSIVE, false, true, false));
 }
 
 Datum
@@ -165,7 +63,7 @@ rlock_session_try(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	PG_RETURN_BOOL(plain_take(fcinfo, RLOCK_MODE_EXCLUSIVE, true, true, false, &token));
+	PG_RETURN_BOOL(TAKE(EXCLUSIVE, true, true, false));
 }
 
 Datum
@@ -173,8 +71,7 @@ rlock_lock(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	(void) plain_take(fcinfo, RLOCK_MODE_EXCLUSIVE, false, false, false,
-					  &token);
+	(void) TAKE(EXCLUSIVE, false, false, false);
 	PG_RETURN_VOID();
 }
 
@@ -183,8 +80,7 @@ rlock_session_lock(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	(void) plain_take(fcinfo, RLOCK_MODE_EXCLUSIVE, true, false, false,
-					  &token);
+	(void) TAKE(EXCLUSIVE, true, false, false);
 	PG_RETURN_VOID();
 }
 
@@ -196,7 +92,7 @@ rlock_try_token(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	if (!plain_take(fcinfo, RLOCK_MODE_EXCLUSIVE, false, true, true, &token))
+	if (!TAKE(EXCLUSIVE, false, true, true))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(token);
 }
@@ -206,7 +102,7 @@ rlock_session_try_token(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	if (!plain_take(fcinfo, RLOCK_MODE_EXCLUSIVE, true, true, true, &token))
+	if (!TAKE(EXCLUSIVE, true, true, true))
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(token);
 }
@@ -222,8 +118,7 @@ rlock_token(PG_FUNCTION_ARGS)
 	int64		token;
 
 	rlock_arg_key(fcinfo, 0, &key);
-	token = rlock_held_token(RLOCK_KIND_PLAIN, RLOCK_MODE_EXCLUSIVE, key.redis,
-							 key.len);
+	token = rlock_held_token(RLOCK_KIND_PLAIN, EXCLUSIVE, key.redis, key.len);
 	if (token == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(token);
@@ -232,13 +127,15 @@ rlock_token(PG_FUNCTION_ARGS)
 Datum
 rlock_release(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(plain_give(fcinfo, RLOCK_MODE_EXCLUSIVE, false));
+	PG_RETURN_BOOL(rlock_call_give(fcinfo, RLOCK_KIND_PLAIN, EXCLUSIVE, false,
+								   "", "_shared"));
 }
 
 Datum
 rlock_session_release(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(plain_give(fcinfo, RLOCK_MODE_EXCLUSIVE, true));
+	PG_RETURN_BOOL(rlock_call_give(fcinfo, RLOCK_KIND_PLAIN, EXCLUSIVE, true,
+								   "", "_shared"));
 }
 
 /*
@@ -250,8 +147,7 @@ rlock_try_shared(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	PG_RETURN_BOOL(plain_take(fcinfo, RLOCK_MODE_SHARED, false, true, false,
-							  &token));
+	PG_RETURN_BOOL(TAKE(SHARED, false, true, false));
 }
 
 Datum
@@ -259,8 +155,7 @@ rlock_session_try_shared(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	PG_RETURN_BOOL(plain_take(fcinfo, RLOCK_MODE_SHARED, true, true, false,
-							  &token));
+	PG_RETURN_BOOL(TAKE(SHARED, true, true, false));
 }
 
 Datum
@@ -268,7 +163,7 @@ rlock_lock_shared(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	(void) plain_take(fcinfo, RLOCK_MODE_SHARED, false, false, false, &token);
+	(void) TAKE(SHARED, false, false, false);
 	PG_RETURN_VOID();
 }
 
@@ -277,20 +172,22 @@ rlock_session_lock_shared(PG_FUNCTION_ARGS)
 {
 	int64		token;
 
-	(void) plain_take(fcinfo, RLOCK_MODE_SHARED, true, false, false, &token);
+	(void) TAKE(SHARED, true, false, false);
 	PG_RETURN_VOID();
 }
 
 Datum
 rlock_release_shared(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(plain_give(fcinfo, RLOCK_MODE_SHARED, false));
+	PG_RETURN_BOOL(rlock_call_give(fcinfo, RLOCK_KIND_PLAIN, SHARED, false,
+								   "_shared", ""));
 }
 
 Datum
 rlock_session_release_shared(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(plain_give(fcinfo, RLOCK_MODE_SHARED, true));
+	PG_RETURN_BOOL(rlock_call_give(fcinfo, RLOCK_KIND_PLAIN, SHARED, true,
+								   "_shared", ""));
 }
 
 /*
@@ -303,6 +200,6 @@ rlock_held_shared(PG_FUNCTION_ARGS)
 	RlockKey	key;
 
 	rlock_arg_key(fcinfo, 0, &key);
-	PG_RETURN_INT32(rlock_held_count(RLOCK_KIND_PLAIN, RLOCK_MODE_SHARED,
-									 key.redis, key.len));
+	PG_RETURN_INT32(rlock_held_count(RLOCK_KIND_PLAIN, SHARED, key.redis,
+									 key.len));
 }
