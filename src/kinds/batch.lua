@@ -21,7 +21,11 @@
 -- owner is a reader field (an even number: plain.c's owner numbers), else
 -- nil; rlock_held(key, owner) is held() for the plain kind: the field is
 -- there and, for a reader, its timeout key too (a reader without one is
--- gone to Redisson's read unlock).
+-- gone to Redisson's read unlock).  The timeout key is read under pcall:
+-- while a slot migrates, the hash and its timeout key may be on two
+-- nodes, and Redis refuses a script that reads the one it no longer has;
+-- that hold is then one this node cannot answer for, not a refusal of
+-- the whole batch (the other locks of the primary would go unrenewed).
 --
 -- Included on one line (see embed-lua): no comment after code here.
 local function rlock_batch(held, keep)
@@ -57,8 +61,14 @@ end
 local function rlock_held(key, owner)
 	local reply = redis.pcall('hexists', key, owner)
 	local timeout = rlock_reader(key, owner)
-	if reply == 1 and timeout and redis.call('pttl', timeout) == -2 then
-		return 0
+	if reply == 1 and timeout then
+		local left = redis.pcall('pttl', timeout)
+		if type(left) ~= 'number' then
+			return left
+		end
+		if left == -2 then
+			return 0
+		end
 	end
 	return reply
 end
