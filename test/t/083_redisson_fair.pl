@@ -5,6 +5,8 @@
 #   queue behind a holder and get the lock exactly in the order they
 #   came, each woken by the release before it (rlock's tells a Java head
 #   on its channel, Redisson's an rlock head on its own);
+# - each side's release wakes the other side's head on its channel (the
+#   latency of each, ten times, printed);
 # - a SQL waiter that times out, is cancelled, or whose backend is
 #   terminated leaves no entry behind, and the Java waiter behind it gets
 #   the lock at the holder's release, not when that entry would go stale.
@@ -26,6 +28,13 @@ my $redis = RlockTest::Redis->start;
 my @nodes = map { RlockTest::node("fairj_$_", $redis) } 'a', 'b';
 
 sub queue { return $redis->cmd('LRANGE', "redisson_lock_queue:{$_[0]}", 0, -1) }
+
+sub percentile
+{
+	my ($p, @v) = @_;
+	@v = sort { $a <=> $b } @v;
+	return @v ? $v[ int($p * $#v + 0.5) ] : -1;
+}
 
 for my $version (@RlockTest::Redisson::VERSIONS)
 {
@@ -80,6 +89,38 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 	}
 	is($order, '.' x 10, "$v each got the lock in the order they queued");
 	is_deeply(queue($k), [], "$v the queue is empty");
+
+	#---- wake-up latency of each pair, ten times ----
+
+	my (@to_sql, @to_java);
+	my $ws = $nodes[1]->background_psql('postgres', on_error_stop => 0);
+	for my $i (1 .. 10)
+	{
+		# a Redisson fair unlock tells the SQL head on its channel
+		$java->call('jw.1', 'fair.trylock', $k, 0);
+		RlockTest::send_query($ws,
+			"SELECT extract(epoch FROM clock_timestamp()) FROM (SELECT rlock_session_try_fair('$k', '20 s')) l WHERE l.rlock_session_try_fair;");
+		RlockTest::wait_until(sub { @{ queue($k) } == 1 }, 10);
+		my $r = $java->result($java->send('jw.1', 'fair.unlock', $k), 10);
+		my ($out) = RlockTest::collect($ws);
+		push @to_sql, ($1 - $r->{start}) * 1000 if $out =~ /^(\d+\.\d+)$/m;
+
+		# rlock's release tells the Java head on its channel
+		my $id = $java->send('jw.1', 'fair.trylock', $k, 20000);
+		RlockTest::wait_until(sub { @{ queue($k) } == 1 }, 10);
+		my $t0 = time;
+		$ws->query_safe("SELECT rlock_session_release_fair('$k')");
+		$r = $java->result($id, 25);
+		push @to_java, ($r->{at} - $t0) * 1000 if $r && $r->{value} eq 'true';
+		$java->call('jw.1', 'fair.unlock', $k);
+	}
+	$ws->quit;
+	is(scalar @to_sql, 10, "$v ten SQL fair waiters woken by a Redisson fair unlock");
+	is(scalar @to_java, 10, "$v ten Redisson fair waiters woken by rlock's release");
+	diag(sprintf(
+			'%s wake-up, ms: Redisson fair unlock to SQL head p50 %.1f p99 %.1f; SQL release to Redisson head p50 %.1f p99 %.1f',
+			$v, percentile(0.5, @to_sql), percentile(0.99, @to_sql),
+			percentile(0.5, @to_java), percentile(0.99, @to_java)));
 
 	#---- a SQL waiter that gives up, Java behind it ----
 
