@@ -26,8 +26,10 @@
 -- Returns what the plain kind's acquire.lua returns: {1, token, 0}
 -- taken, {2, token, 0} taken although the owner expected to hold it;
 -- {0, ms, 0} not taken, ms being the longest the owner should sleep (the
--- lease left, or, the lock free but others ahead, until the head's entry
--- would go stale); {3, ms, 0} not taken although expected to hold it.
+-- lease left, -1 for a lock without expiry, which the worker looks at
+-- again now and then as for the plain kind; or, the lock free but others
+-- ahead, until the head's entry would go stale); {3, ms, 0} not taken
+-- although expected to hold it.
 --@include ../queue.lua
 local now = rlock_now()
 rlock_pop_gone(KEYS[2], KEYS[3], now)
@@ -67,7 +69,7 @@ if wait > 0 and not redis.call('zscore', KEYS[3], ARGV[2]) then
 	head = head or ARGV[2]
 end
 local ms = pttl
-if ms <= 0 then
+if ms == 0 or ms == -2 then
 	ms = 1
 	if head and head ~= ARGV[2] then
 		local deadline = tonumber(redis.call('zscore', KEYS[3], head))
