@@ -4,7 +4,8 @@
 #   removed: PERSIST) looks at it again now and then, as a plain waiter
 #   does, and does not try again every millisecond;
 # - a string at the queue's key: the try fails with 58000 and the worker
-#   goes on serving;
+#   goes on serving; a holder's release still frees the lock (as the
+#   plain kind's, which reads the queue under pcall);
 # - waiters that come and go leave no subscription behind, and the queue
 #   and its deadlines stay in step;
 # - a head that gives up while the lock is free lets the next waiter in at
@@ -121,6 +122,55 @@ sub evalsha_calls
 	is($out, 't', 'the waiter behind the head that gave up gets the lock');
 	cmp_ok(time - $t0, '<', 5, 'at once, not at the head\'s deadline');
 	eval { $_->quit } for $a, $b, $h;
+}
+
+#---- the grant's reply lost ----
+
+{
+	# a slow grant (its script lowers 100000 deadlines), whose connection
+	# is killed behind it: the waiter is answered by the resync, and
+	# whatever Redis says about the lock the session says too
+	my $key = 'fl';
+	my $h = session();
+	$h->query_safe("BEGIN; SELECT rlock_try_fair('$key', '0', '60 s')");
+	my $w = session();
+	RlockTest::send_query($w, "BEGIN; SELECT rlock_try_fair('$key', '30 s');");
+	ok(RlockTest::wait_until(sub { @{ queue($key) } == 1 }, 10), 'a waiter queues');
+	for my $i (0 .. 9)
+	{
+		$redis->cmd('ZADD', "redisson_lock_timeout:{$key}",
+			map { (9999999999999, "junk$i:$_") } 1 .. 10000);
+	}
+	$h->query_safe('COMMIT');
+	$redis->cmd('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+	my ($out) = RlockTest::collect($w);
+	my $owner = $node->safe_psql('postgres',
+		"SELECT owner FROM rlock_locks WHERE key = '$key' AND pid = $w->{rlock_pid}");
+	my $held = $redis->cmd('HEXISTS', $key, $owner // '');
+	note("answer $out, held in Redis $held, owner $owner");
+	is($out, 't', 'the waiter gets the lock');
+	is($held, 1, 'Redis says so too');
+	is(scalar grep({ !/^junk/ } @{ queue($key) }), 0, 'and it is not queued any more');
+	$w->query_safe('COMMIT');
+	ok(RlockTest::wait_until(sub { !$redis->cmd('EXISTS', $key) }, 10), 'its commit frees it');
+	$redis->cmd('DEL', "redisson_lock_timeout:{$key}");
+	$_->quit for $w, $h;
+}
+
+#---- a string at the queue's key, put there while the lock is held ----
+
+{
+	my $key = 'fr';
+	my $h = session();
+	$h->query_safe("BEGIN; SELECT rlock_try_fair('$key')");
+	$redis->cmd('SET', "redisson_lock_queue:{$key}", 'not a list');
+	$h->query_safe('COMMIT');
+	ok(RlockTest::wait_until(sub { !$redis->cmd('EXISTS', $key) }, 5),
+		'a string at the queue key: the release still frees the lock');
+	is($redis->cmd('GET', "redisson_lock_queue:{$key}"), 'not a list',
+		'and leaves the string alone');
+	$redis->cmd('DEL', "redisson_lock_queue:{$key}");
+	$h->quit;
 }
 
 $node->stop;

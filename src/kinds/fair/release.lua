@@ -18,7 +18,8 @@
 -- entries of owners gone are dropped first, so that "0" reaches the first
 -- owner still waiting, on its own channel (../publish.lua), as
 -- Redisson's fair unlock does; the lock's channel and the read-write
--- lock's hear theirs too.
+-- lock's hear theirs too.  The queue is read under pcall: something else
+-- at its keys costs the waiters their message, not the lock its release.
 --@include ../queue.lua
 --@include ../publish.lua
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
@@ -29,5 +30,5 @@ if tonumber(ARGV[2]) > 0 then
 	redis.call('pexpire', KEYS[1], ARGV[3])
 	return 0
 end
-rlock_pop_gone(KEYS[2], KEYS[3], rlock_now())
+pcall(rlock_pop_gone, KEYS[2], KEYS[3], rlock_now())
 return 1 + rlock_free(4, 4)
