@@ -9,7 +9,10 @@
 # - waiters that come and go leave no subscription behind, and the queue
 #   and its deadlines stay in step;
 # - a head that gives up while the lock is free lets the next waiter in at
-#   once.
+#   once;
+# - a grant whose reply may be lost (its connection killed behind a slow
+#   grant) leaves the session and Redis agreeing;
+# - a waiter cancelled while its first try is on the wire leaves no entry.
 use strict;
 use warnings;
 
@@ -171,6 +174,30 @@ sub evalsha_calls
 		'and leaves the string alone');
 	$redis->cmd('DEL', "redisson_lock_queue:{$key}");
 	$h->quit;
+}
+
+#---- cancelled while its first try is on the wire ----
+
+{
+	# 100000 stale heads make the first try slow; the backend is cancelled
+	# meanwhile: the give-up, behind the try, takes the entry out
+	my $key = 'fw';
+	my $h = session();
+	$h->query_safe("BEGIN; SELECT rlock_try_fair('$key', '0', '60 s')");
+	for my $i (0 .. 9)
+	{
+		my @o = map { "stale$i:$_" } 1 .. 10000;
+		$redis->cmd('RPUSH', "redisson_lock_queue:{$key}", @o);
+		$redis->cmd('ZADD', "redisson_lock_timeout:{$key}", map { (1, $_) } @o);
+	}
+	my $w = session();
+	RlockTest::send_query($w, "SELECT rlock_try_fair('$key', '60 s');");
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w->{rlock_pid})");
+	ok(RlockTest::wait_until(sub { $redis->cmd('ZCARD', "redisson_lock_timeout:{$key}") == 0 }, 10),
+		'the try on the wire is undone: no deadline left');
+	is_deeply(queue($key), [], 'and no entry');
+	$h->query_safe('COMMIT');
+	eval { $_->quit } for $w, $h;
 }
 
 $node->stop;
