@@ -37,8 +37,9 @@ typedef enum WorkerCmdType
 	WORKER_CMD_REGISTER,		/* this instance's registry entry */
 	WORKER_CMD_SYNC,			/* WAIT after an acquire on the sync
 								 * connection */
-	WORKER_CMD_PUBLISH,			/* an unlock message or a yield of our
-								 * own; the reply does not matter */
+	WORKER_CMD_PUBLISH,			/* an unlock message, a yield of our own
+								 * or a waiter leaving a queue (give_up);
+								 * the reply does not matter */
 	WORKER_CMD_TRACK,			/* client-side tracking (track.c) */
 	WORKER_CMD_TRANSFER			/* a release that hands the lock to a
 								 * local waiter (transfer.c) */

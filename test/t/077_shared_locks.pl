@@ -12,7 +12,8 @@
 # - the last reader's release frees the lock and publishes; a release
 #   that leaves readers publishes nothing and keeps the hash;
 # - an exclusive commit lets every waiting reader in at once; the last
-#   reader's commit lets a waiting writer in;
+#   reader's commit lets a waiting writer in; on one instance a reader that
+#   may wait queues behind a waiting writer;
 # - a session holding a key exclusively and shared keeps its shared hold
 #   when it gives back the exclusive one: the lock becomes a read lock,
 #   another session's reader gets in, and a waiting writer does not;
@@ -223,6 +224,34 @@ for my $key ('sl:a', 'sl{a}')
 	is((RlockTest::collect($w))[0], 't', 'rlock_try returned true');
 	$w->query_safe('COMMIT');
 	$_->quit for @r, $w;
+}
+
+#---- on one instance, a reader that may wait queues behind a writer ----
+
+{
+	my $key = 'sl:queue';
+	my $r1 = session();
+	$r1->query_safe("BEGIN; SELECT rlock_try_shared('$key', '0', '60 s')");
+	my $w = session();
+	RlockTest::send_query($w, "BEGIN; SELECT rlock_try('$key', '30 s');");
+	ok(RlockTest::wait_until(sub { state_of($key) eq 'held,waiting' }, 10),
+		'a writer waits for a reader');
+	my $r2 = session();
+	RlockTest::send_query($r2, "BEGIN; SELECT rlock_try_shared('$key', '30 s');");
+	ok(RlockTest::wait_until(sub { state_of($key) eq 'held,waiting,waiting' }, 10),
+		'a second reader that may wait queues behind the writer');
+	is(scalar keys %{ readers($key) }, 1, 'and is not in the lock');
+	$r1->query_safe('COMMIT');
+	ok(RlockTest::wait_until(sub { state_of($key) eq 'held,waiting' }, 10),
+		'the first reader gone, the writer gets it first');
+	is($redis->cmd('HGET', $key, 'mode'), 'write', 'as a write lock');
+	is((RlockTest::collect($w))[0], 't', 'rlock_try returned true');
+	$w->query_safe('COMMIT');
+	ok(RlockTest::wait_until(sub { state_of($key) eq 'held' }, 10),
+		'then the second reader');
+	is((RlockTest::collect($r2))[0], 't', 'rlock_try_shared returned true');
+	$r2->query_safe('COMMIT');
+	$_->quit for $r1, $w, $r2;
 }
 
 #---- exclusive and shared in one session ----
