@@ -215,33 +215,102 @@ worker_note_unanswered(WorkerReq *req, WorkerCmd *wc)
 }
 
 /*
+ * Give-ups that found their connection down: sent, ahead of anything
+ * else, once it is ready again (worker_give_ups_flush), so that an owner
+ * whose wait ended in an outage does not stay at the head of the queue
+ * until its deadline (a minute or more) once Redis is back.  Bounded: the
+ * oldest is dropped for a new one, and goes when its entry's time runs
+ * out, as an owner of an instance that died does.
+ */
+#define RLOCK_PENDING_GIVE_UPS	256
+
+typedef struct PendingGiveUp
+{
+	RlockKind	kind;
+	RlockKindHold hold;			/* key palloc'd in rlock_worker_context */
+} PendingGiveUp;
+
+static PendingGiveUp pending_give_ups[RLOCK_PENDING_GIVE_UPS];
+static int	npending_give_ups = 0;
+
+/* Send a give-up on conn; false if the connection took nothing */
+static bool
+worker_give_up_send(RlockConn *conn, RlockKind kind, const RlockKindHold *kh)
+{
+	WorkerCmd  *wc;
+	RlockArgs  *args;
+
+	if (conn == NULL || !rlock_conn_ready(conn))
+		return false;
+	wc = worker_cmd_new(WORKER_CMD_PUBLISH);
+	args = worker_args();
+	rlock_kinds[kind]->give_up(args, &wc->cmd, kh);
+	return worker_cmd_send(conn, wc, args);
+}
+
+static void
+worker_give_up_forget(int i)
+{
+	pfree((char *) pending_give_ups[i].hold.key);
+	npending_give_ups--;
+	memmove(&pending_give_ups[i], &pending_give_ups[i + 1],
+			sizeof(PendingGiveUp) * (npending_give_ups - i));
+}
+
+/*
  * A request that may have put its owner in its kind's queue in Redis
  * ends without the lock: take the owner out, behind whatever the request
  * sent on the same connection (a try still on the wire queues first, and
  * is undone by this).  Its reply does not matter: an owner left in the
- * queue, the connection lost, goes when its entry's time runs out.
+ * queue, the connection lost with the give-up on the wire, goes when its
+ * entry's time runs out.
  */
 static void
 worker_give_up(WorkerReq *req)
 {
 	RlockHold  *h = rlock_hold(req->args.hold);
-	RlockConn  *conn = worker_hold_conn(req->args.hold);
-	WorkerCmd  *wc;
-	RlockArgs  *args;
-	RlockKindHold kh;
+	PendingGiveUp g;
+	char	   *key;
 
-	if (conn == NULL || !rlock_conn_ready(conn))
+	memset(&g, 0, sizeof(g));
+	g.kind = h->kind;
+	g.hold.key = h->key;
+	g.hold.keylen = h->keylen;
+	g.hold.owner_id = h->owner_id;
+	g.hold.mode = h->mode;
+	g.hold.queue_ms = req->queue_ms;
+	if (worker_give_up_send(worker_hold_conn(req->args.hold), g.kind, &g.hold))
 		return;
-	memset(&kh, 0, sizeof(kh));
-	kh.key = h->key;
-	kh.keylen = h->keylen;
-	kh.owner_id = h->owner_id;
-	kh.mode = h->mode;
-	kh.queue_ms = req->queue_ms;
-	wc = worker_cmd_new(WORKER_CMD_PUBLISH);
-	args = worker_args();
-	rlock_kinds[h->kind]->give_up(args, &wc->cmd, &kh);
-	(void) worker_cmd_send(conn, wc, args);
+	if (npending_give_ups == RLOCK_PENDING_GIVE_UPS)
+	{
+		elog(DEBUG1, "rlock: too many give-ups wait for Redis, dropping the oldest");
+		worker_give_up_forget(0);
+	}
+	key = MemoryContextAlloc(rlock_worker_context, h->keylen + 1);
+	memcpy(key, h->key, h->keylen);
+	key[h->keylen] = '\0';
+	g.hold.key = key;
+	pending_give_ups[npending_give_ups++] = g;
+}
+
+/*
+ * A command connection is ready: send the give-ups whose key it serves.
+ */
+void
+worker_give_ups_flush(void)
+{
+	int			i = 0;
+
+	while (i < npending_give_ups)
+	{
+		PendingGiveUp *p = &pending_give_ups[i];
+
+		if (worker_give_up_send(rlock_redis_route(p->hold.key, p->hold.keylen),
+								p->kind, &p->hold))
+			worker_give_up_forget(i);
+		else
+			i++;
+	}
 }
 
 /*

@@ -234,9 +234,10 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 /*---- connection events ----*/
 
 /*
- * A connection became READY.  On the command connection, entries whose
- * count Redis may not match go back on the ring (they are sent before any
- * pending request) and the watchdog renews at once; on the subscriber, the
+ * A connection became READY.  On the command connection, the give-ups
+ * that found it down go out, entries whose count Redis may not match go
+ * back on the ring (they are sent before any pending request) and the
+ * watchdog renews at once; on the subscriber, the
  * waiters' channels are subscribed again.
  */
 static void
@@ -253,6 +254,7 @@ worker_conn_ready(RlockConn *conn)
 		worker_sync_conn_ready(conn);
 		return;
 	}
+	worker_give_ups_flush();
 	worker_requeue_all_holds();
 	rlock_renew_soon();
 	rlock_registry_touch();

@@ -155,6 +155,7 @@ extern void worker_make_pending(WorkerReq *req);
 extern void worker_note_answered(WorkerReq *req);
 extern void worker_note_unanswered(WorkerReq *req, WorkerCmd *wc);
 extern void worker_forget(WorkerReq *req);
+extern void worker_give_ups_flush(void);
 extern WorkerReq *worker_current(WorkerCmd *wc);
 extern bool worker_answer(int slot, uint64 seq, RlockStatus status,
 						  int64 value, const char *detail);
