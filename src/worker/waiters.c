@@ -925,10 +925,24 @@ waiters_answer(RlockConn *conn, WorkerCmd *wc, WaitGroup *g,
 
 	if (reply == NULL)
 	{
-		/* a subscription that did not happen is made again later */
-		if (wc->seq == g->sent &&
-			(g->state == SUB_SUBSCRIBING || g->state == SUB_UNSUBSCRIBING))
-			waiters_set_state(g, SUB_NONE);
+		bool		subscribing = g->state == SUB_SUBSCRIBING;
+
+		if (wc->seq != g->sent ||
+			(!subscribing && g->state != SUB_UNSUBSCRIBING))
+			return;
+		waiters_set_state(g, SUB_NONE);
+
+		/*
+		 * A subscription that did not happen is asked for again at once,
+		 * where the slot map now says: in a Redis Cluster, a redirection
+		 * not taken now (the new primary's connection was being made)
+		 * comes back this way, and that connection may have become ready
+		 * meanwhile, finding the group still subscribing.  A connection
+		 * lost or not ready takes nothing here; its readiness subscribes
+		 * the group then.
+		 */
+		if (subscribing && g->nwaiters > 0)
+			waiters_subscribe(g);
 		return;
 	}
 	if (reply->type == RLOCK_REPLY_ERROR)
