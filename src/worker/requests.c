@@ -233,10 +233,19 @@ typedef struct PendingGiveUp
 static PendingGiveUp pending_give_ups[RLOCK_PENDING_GIVE_UPS];
 static int	npending_give_ups = 0;
 
-/* Send a give-up on conn; false if the connection took nothing */
+/*
+ * Send a give-up where its owner's tries go (send.c): on the sync
+ * connection when replicas must confirm acquisitions, so that it never
+ * overtakes a try still on the wire there.  False if the connection took
+ * nothing.
+ */
 static bool
-worker_give_up_send(RlockConn *conn, RlockKind kind, const RlockKindHold *kh)
+worker_give_up_send(RlockKind kind, const RlockKindHold *kh)
 {
+	RlockConn  *sync = rlock_redis_sync_for(kh->key, kh->keylen);
+	int			ask;
+	RlockConn  *conn = sync != NULL && rlock_redis_sync_need(sync, &ask) > 0 ? sync :
+		rlock_redis_route(kh->key, kh->keylen);
 	WorkerCmd  *wc;
 	RlockArgs  *args;
 
@@ -279,7 +288,7 @@ worker_give_up(WorkerReq *req)
 	g.hold.owner_id = h->owner_id;
 	g.hold.mode = h->mode;
 	g.hold.queue_ms = req->queue_ms;
-	if (worker_give_up_send(worker_hold_conn(req->args.hold), g.kind, &g.hold))
+	if (worker_give_up_send(g.kind, &g.hold))
 		return;
 	if (npending_give_ups == RLOCK_PENDING_GIVE_UPS)
 	{
@@ -294,7 +303,8 @@ worker_give_up(WorkerReq *req)
 }
 
 /*
- * A command connection is ready: send the give-ups whose key it serves.
+ * A command or sync connection is ready: send the give-ups whose key it
+ * serves.
  */
 void
 worker_give_ups_flush(void)
@@ -305,8 +315,7 @@ worker_give_ups_flush(void)
 	{
 		PendingGiveUp *p = &pending_give_ups[i];
 
-		if (worker_give_up_send(rlock_redis_route(p->hold.key, p->hold.keylen),
-								p->kind, &p->hold))
+		if (worker_give_up_send(p->kind, &p->hold))
 			worker_give_up_forget(i);
 		else
 			i++;

@@ -251,6 +251,7 @@ worker_conn_ready(RlockConn *conn)
 	}
 	if (rlock_conn_is_sync(conn))
 	{
+		worker_give_ups_flush();
 		worker_sync_conn_ready(conn);
 		return;
 	}

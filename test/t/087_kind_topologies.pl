@@ -5,7 +5,9 @@
 # - Sentinel (rlock.sync_replicas = 1): two readers of both instances and
 #   a writer waiting for them, a fair holder and two fair waiters queued
 #   from both instances, and session holds of each kind, across a
-#   SENTINEL FAILOVER.  On the new primary the read lock has both readers
+#   SENTINEL FAILOVER (a third fair waiter, cancelled before, leaves the
+#   queue: its give-up goes on the connection its try took, the one
+#   replicas confirm).  On the new primary the read lock has both readers
 #   and their timeout keys, the queue both waiters in order; the watchdog
 #   renews there; the readers' commits let the writer in, the fair
 #   holder's commit the first waiter and its commit the second;
@@ -99,6 +101,19 @@ sub round
 	}
 	my $order = join(' ', map { owner_of($_, $fk) } @q);
 	is(queue($r, $fk), $order, "$what: in order");
+
+	# a third one, cancelled, leaves the queue (its give-up goes where its
+	# try went: with Sentinel here, on the connection replicas confirm)
+	my $c = session($nb);
+	RlockTest::send_query($c, "SELECT rlock_try_fair('$fk', '60 s');");
+	ok(RlockTest::wait_until(sub { scalar(split ' ', queue($r, $fk)) == 3 }, 10),
+		"$what: a third fair waiter is queued");
+	$nb->safe_psql('postgres', "SELECT pg_cancel_backend($c->{rlock_pid})");
+	my (undef, $cerr) = RlockTest::collect($c);
+	like($cerr, qr/ERROR:  57014/, "$what: it is cancelled");
+	ok(RlockTest::wait_until(sub { queue($r, $fk) eq $order }, 5),
+		"$what: and leaves the queue at once");
+	$c->quit;
 
 	# session holds of each kind, renewed by the watchdog
 	my $s = session($na);
