@@ -19,8 +19,10 @@
 -- "1" on redisson_rwlock:{name}, where the waiters of a Redisson
 -- read-write lock listen ("1" lets every one of them try: readers may
 -- all enter), and "0" on the channel of the first owner queued for a
--- Redisson fair lock of the name (redisson_lock_queue:{name}), as a
--- fair unlock tells its queue's head.  Those channels and the queue are
+-- Redisson fair lock of the name (redisson_lock_queue:{name}) whose
+-- deadline has not passed, as a fair unlock tells its queue's head once
+-- the owners gone are dropped (this one drops nothing, and looks at the
+-- first 64 owners at most).  Those channels and the queue are
 -- no declared keys (the slot is the lock's; Redisson's own scripts name
 -- other readers' keys so), and a command the user may not run costs only
 -- that message.  Returns how many subscribers the messages reached.
@@ -61,12 +63,21 @@ end
 local function rlock_tell_family(at)
 	local heard = rlock_publish_to(at,
 		rlock_derived('redisson_rwlock:', KEYS[1]), '1')
-	local head = redis.pcall('lindex',
-		rlock_derived('redisson_lock_queue:', KEYS[1]), 0)
-	if type(head) == 'string' then
-		heard = heard + rlock_publish_to(at,
-			rlock_derived('redisson_lock__channel:', KEYS[1]) .. ':' .. head,
-			'0')
+	local heads = redis.pcall('lrange',
+		rlock_derived('redisson_lock_queue:', KEYS[1]), 0, 63)
+	if type(heads) ~= 'table' or #heads == 0 then
+		return heard
+	end
+	local deadlines = rlock_derived('redisson_lock_timeout:', KEYS[1])
+	local t = redis.call('time')
+	local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+	for _, owner in ipairs(heads) do
+		local deadline = tonumber(redis.pcall('zscore', deadlines, owner))
+		if deadline and deadline > now then
+			return heard + rlock_publish_to(at,
+				rlock_derived('redisson_lock__channel:', KEYS[1]) .. ':' .. owner,
+				'0')
+		end
 	end
 	return heard
 end

@@ -11,7 +11,8 @@
 #   last reader's unlock) one of them, long before the lease they saw;
 # - rlock's release, and rlock_force_release, publish "1" on the
 #   read-write channel and "0" on the channel of the first owner queued
-#   for a fair lock of the name, braces or not;
+#   for a fair lock of the name whose deadline has not passed, braces or
+#   not;
 # - rlock_force_release removes a read-write lock.
 use strict;
 use warnings;
@@ -191,7 +192,10 @@ for my $key ('fam', 'fam{x}')
 	my $queue = derived('redisson_lock_queue', $key);
 	my $head = derived('redisson_lock__channel', $key) . ':java-uuid:3';
 	my $second = derived('redisson_lock__channel', $key) . ':java-uuid:4';
+	my $deadlines = derived('redisson_lock_timeout', $key);
+	my $now = do { my ($s, $us) = @{ $redis->cmd('TIME') }; $s * 1000 + int($us / 1000) };
 	$redis->cmd('RPUSH', $queue, 'java-uuid:3', 'java-uuid:4');
+	$redis->cmd('ZADD', $deadlines, $now + 600000, 'java-uuid:3', $now + 700000, 'java-uuid:4');
 	my $sub = $redis->connect;
 	$sub->send_cmd('SUBSCRIBE', $rwchan, $head, $second);
 	$sub->read_reply(5) for 1 .. 3;
@@ -219,7 +223,20 @@ for my $key ('fam', 'fam{x}')
 	}
 	is_deeply(\%got, { $rwchan => ['1'], $head => ['0'] },
 		"$key: and tells both families' waiters");
-	$redis->cmd('DEL', $queue);
+
+	# a head whose deadline passed is gone: its successor is told
+	$redis->cmd('ZADD', $deadlines, $now - 1000, 'java-uuid:3');
+	sql("BEGIN; SELECT rlock_try('$key'); COMMIT");
+	%got = ();
+	while (my $m = $sub->next_message(5))
+	{
+		push @{ $got{ $m->[0] } }, $m->[1];
+		last if keys %got == 2;
+	}
+	is_deeply(\%got, { $rwchan => ['1'], $second => ['0'] },
+		"$key: with the head's deadline passed, the next owner is told");
+	is($redis->cmd('LLEN', $queue), 2, "$key: and the queue is left as it was");
+	$redis->cmd('DEL', $queue, $deadlines);
 }
 
 done_testing();
