@@ -390,7 +390,7 @@ rlock_redis_error_hint(const char *error)
 		{"READONLY", "Redis at rlock.host is a read-only replica: point rlock.host at the primary."},
 		{"NOPERM", "The Redis user rlock connects as (rlock.username) lacks a permission: see the ACL rules in rlock's configuration documentation."},
 		{"NOAUTH", "Redis wants a password: set rlock.password_file."},
-		{"WRONGTYPE", "The key holds another kind of value in Redis than the lock rlock takes (a Redisson RLock): choose another key, or use that kind on both sides."},
+		{"WRONGTYPE", "The lock's key, or one Redisson keeps beside it (a fair lock's queue and deadlines, a read lock's timeout keys), holds another type of value than this lock kind keeps there: choose another name, or take the name with the lock kind its other users take."},
 		{"OOM", "Redis is out of memory (maxmemory): free memory or raise the limit."},
 		{"BUSY", "Redis is running a long script: it answers again once the script ends or is killed."},
 		{"LOADING", "Redis is loading its data set: try again shortly."},

@@ -110,6 +110,12 @@ like($err, qr/ERROR:  58000: Redis returned an error for lock "fault:string"/,
 	'a key of another type gives 58000');
 like($err, qr/DETAIL:  WRONGTYPE/, 'with the Redis error in the detail');
 is($redis->cmd('GET', 'fault:string'), 'not a lock', 'and leaves the key alone');
+# a fair lock whose queue is no list: the hint names the keys beside it
+$redis->cmd('SET', 'redisson_lock_queue:{fault:queue}', 'not a queue');
+($rc, $out, $err) = timed_psql("SELECT rlock_try_fair('fault:queue')");
+like($err, qr/ERROR:  58000: Redis returned an error for lock "fault:queue".*HINT:  The lock's key, or one Redisson keeps beside it \(a fair lock's queue/s,
+	"a fair lock's queue of another type gives 58000, the hint naming the queue");
+is($redis->cmd('EXISTS', 'fault:queue'), 0, 'and takes nothing');
 is(RlockTest::worker_pid($node), $worker, 'the worker survived it');
 is($node->safe_psql('postgres', "SELECT rlock_try('fault:fine')"),
 	't', 'other locks still work');
