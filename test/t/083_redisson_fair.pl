@@ -9,7 +9,10 @@
 #   latency of each, ten times, printed);
 # - a SQL waiter that times out, is cancelled, or whose backend is
 #   terminated leaves no entry behind, and the Java waiter behind it gets
-#   the lock at the holder's release, not when that entry would go stale.
+#   the lock at the holder's release, not when that entry would go stale;
+# - a Java lock() behind a SQL holder renewed past the waiter's estimate
+#   (Redisson 3.23 then waits only for the message on its channel) is
+#   woken by the release.
 use strict;
 use warnings;
 
@@ -26,6 +29,8 @@ plan skip_all => 'the Redisson cases run in the plain round'
 
 my $redis = RlockTest::Redis->start;
 my @nodes = map { RlockTest::node("fairj_$_", $redis) } 'a', 'b';
+# an instance whose watchdog renews short leases
+my $short = RlockTest::node('fairj_short', $redis, conf => ["rlock.watchdog_timeout = '2s'"]);
 
 sub queue { return $redis->cmd('LRANGE', "redisson_lock_queue:{$_[0]}", 0, -1) }
 
@@ -154,6 +159,33 @@ for my $version (@RlockTest::Redisson::VERSIONS)
 		eval { $s->quit };
 	}
 	$h->quit;
+
+	#---- a Redisson lock() whose estimate ran out ----
+
+	# The SQL holder's watchdog renews a 2 s lease; the Java lock() queued
+	# behind it waits longer than the lease it saw.  Redisson 3.23 then
+	# answers its retry with a negative time and waits for nothing but
+	# the "0" on its own channel; later versions retry within the lease.
+	# Either way rlock's release must wake it.
+	{
+		my $kl = "fairlock:$version";
+		my $hs = $short->background_psql('postgres');
+		$hs->query_safe("SELECT rlock_session_try_fair('$kl')");
+		my $id = $java->send('jl.1', 'fair.lock', $kl);
+		ok(RlockTest::wait_until(sub { @{ queue($kl) } == 1 }, 10), "$v lock(): queued");
+		my $t0 = time;
+		ok( RlockTest::wait_until(
+				sub { time - $t0 > 3 && RlockTest::wait_for_renewal($redis, $kl, 3) }, 10),
+			"$v lock(): the holder's 2 s lease renewed past the waiter's estimate");
+		ok(!$java->result($id, 0.1), "$v lock(): Java still waits");
+		$t0 = time;
+		$hs->query_safe("SELECT rlock_session_release_fair('$kl')");
+		my $r = $java->result($id, 15);
+		ok($r && $r->{ok}, "$v lock(): rlock's release wakes it");
+		cmp_ok($r->{at} - $t0, '<', 5, "$v lock(): at once") if $r;
+		$java->call('jl.1', 'fair.unlock', $kl);
+		$hs->quit;
+	}
 	$java->stop;
 }
 

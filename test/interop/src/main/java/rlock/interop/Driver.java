@@ -248,6 +248,9 @@ public final class Driver
 
 			switch (op.substring(op.indexOf('.') + 1))
 			{
+				case "lock":
+					l.lock();
+					return "done";
 				case "trylock":
 					if (a.length > 2)
 						return l.tryLock(Long.parseLong(a[1]), Long.parseLong(a[2]),
