@@ -1,0 +1,239 @@
+# A review of the fair waiter's give-up kept for a connection that is
+# down, of the re-subscription after a lost SUBSCRIBE, and of the message
+# a release sends to a fair queue's first live owner, with hostile data
+# and in a Redis Cluster:
+#
+# - a release of each kind (exclusive, shared) frees the lock whatever
+#   sits at the keys of a fair queue beside it: a string, a hash, a
+#   deadline key of another type, infinite deadlines, a queue of 100000
+#   owners gone; the fair kind's own release with infinite deadlines and
+#   a long stale queue too;
+# - Cluster: a fair waiter cancelled while the worker's connection to its
+#   key's primary is down keeps its give-up; the slot moves to another
+#   primary, whose connection is ready, and the same session waits for
+#   the same name again, on the entry still queued there; when the first
+#   primary takes connections again, the kept give-up must not remove
+#   the entry of that new wait: it goes out before the new wait's try, so
+#   the session waiting again is queued behind the waiter that never
+#   stopped, stays queued, and is let in by that waiter's release.  The re-subscriptions of the waiters across
+#   that migration are counted (SSUBSCRIBE on every primary): a handful,
+#   no loop.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use RlockTest;
+use RlockTest::Cluster;
+use RlockTest::Redis;
+
+plan skip_all => 'neither depends on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
+sub derived
+{
+	my ($prefix, $key) = @_;
+	return $key =~ /\{/ ? "$prefix:$key" : "$prefix:{$key}";
+}
+
+sub session
+{
+	my ($node) = @_;
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY verbose');
+	$s->{rlock_pid} = $s->query_safe('SELECT pg_backend_pid()');
+	$s->{rlock_node} = $node;
+	return $s;
+}
+
+# SSUBSCRIBE calls on every primary of $cluster, those refused
+# (redirected) too
+sub ssubscribes
+{
+	my ($cluster) = @_;
+	my $n = 0;
+	for my $p ($cluster->primaries)
+	{
+		my ($calls, $rejected, $failed) = $p->cmd('INFO', 'commandstats')
+		  =~ /^cmdstat_ssubscribe:calls=(\d+),.*rejected_calls=(\d+),failed_calls=(\d+)/m;
+		$n += ($calls // 0) + ($rejected // 0) + ($failed // 0);
+	}
+	return $n;
+}
+
+sub waiting { return RlockTest::count_waiting($_[0]{rlock_node}, $_[0]{rlock_pid}) == 1 }
+
+#---- hostile data beside a lock: the release still frees it ----
+
+{
+	my $redis = RlockTest::Redis->start;
+	my $node = RlockTest::node('review_hostile', $redis);
+	my $s = session($node);
+
+	# what to write at the fair queue's keys of $key, by name
+	my %hostile = (
+		'a string queue' => sub {
+			$redis->cmd('SET', derived('redisson_lock_queue', $_[0]), 'x');
+		},
+		'a hash queue' => sub {
+			$redis->cmd('HSET', derived('redisson_lock_queue', $_[0]), 'a', 'b');
+		},
+		'a string deadline key' => sub {
+			$redis->cmd('RPUSH', derived('redisson_lock_queue', $_[0]), 'o1', 'o2');
+			$redis->cmd('SET', derived('redisson_lock_timeout', $_[0]), 'x');
+		},
+		'infinite deadlines' => sub {
+			$redis->cmd('RPUSH', derived('redisson_lock_queue', $_[0]), 'o1', 'o2');
+			$redis->cmd('ZADD', derived('redisson_lock_timeout', $_[0]),
+				'-inf', 'o1', '+inf', 'o2');
+		},
+		'100000 owners gone' => sub {
+			my $q = derived('redisson_lock_queue', $_[0]);
+			my $d = derived('redisson_lock_timeout', $_[0]);
+			for my $i (0 .. 99)
+			{
+				my @o = map { "gone$i:$_" } 0 .. 999;
+				$redis->cmd('RPUSH', $q, @o);
+				$redis->cmd('ZADD', $d, map { (1, $_) } @o);
+			}
+		});
+	my %kinds = (
+		exclusive => [ 'rlock_session_try', 'rlock_session_release',
+			[ keys %hostile ] ],
+		shared => [ 'rlock_session_try_shared', 'rlock_session_release_shared',
+			[ keys %hostile ] ],
+		# the fair kind's own scripts refuse another type at its keys
+		fair => [ 'rlock_session_try_fair', 'rlock_session_release_fair',
+			[ 'infinite deadlines', '100000 owners gone' ] ]);
+	for my $kind (sort keys %kinds)
+	{
+		my ($try, $release, $cases) = @{ $kinds{$kind} };
+		for my $case (sort @$cases)
+		{
+			(my $key = "hostile:$kind:$case") =~ s/ /_/g;
+			is($s->query_safe("SELECT $try('$key')"), 't', "$kind, $case: taken");
+			$hostile{$case}->($key);
+			my $t0 = time;
+			$s->query("SELECT $release('$key')");
+			is($s->{stderr}, '', "$kind, $case: the release raises nothing");
+			$s->{stderr} = '';
+			ok(time - $t0 < 5, "$kind, $case: and takes no long");
+			is($redis->cmd('EXISTS', $key), 0, "$kind, $case: the lock is freed");
+			is($s->query_safe("SELECT rlock_held('$key')"), '0',
+				"$kind, $case: and not counted");
+		}
+	}
+	$s->quit;
+	$node->stop;
+}
+
+#---- Cluster: a kept give-up and a slot that moved ----
+
+{
+	my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 0,
+		node_timeout_ms => 20000);
+	my ($pa, $pb) = $cluster->primaries;
+	my $seeds = join(',', map { '127.0.0.1:' . $_->rlock_port } $cluster->primaries);
+	my $node = RlockTest::node('review_cluster', $pa,
+		conf => [ "rlock.topology = 'cluster'", "rlock.nodes = '$seeds'",
+			"rlock.watchdog_timeout = '3s'" ]);
+	ok(RlockTest::wait_for_cluster_map($node, 3), 'the worker learnt the map');
+
+	my ($tag) = grep { $cluster->owner($cluster->slot("{$_}"))->port == $pa->port }
+	  map { "rv$_" } 0 .. 200;
+	my ($btag) = grep { $cluster->owner($cluster->slot("{$_}"))->port == $pb->port }
+	  map { "rv$_" } 0 .. 200;
+	my $slot = $cluster->slot("{$tag}");
+	my $key = "{$tag}:f";
+	my $queue = sub { join(' ', @{ $_[0]->cmd('LRANGE', derived('redisson_lock_queue', $key), 0, -1) }) };
+	my $owner_of = sub {
+		$node->safe_psql('postgres',
+			"SELECT owner FROM rlock_locks WHERE key = '$key' AND pid = $_[0]{rlock_pid}");
+	};
+
+	# the second primary's connection is in use all along: a session hold
+	# there, renewed
+	my $keep = session($node);
+	$keep->query_safe("SELECT rlock_session_try('{$btag}:keep')");
+
+	# a holder, then two waiters queued in order
+	my $h = session($node);
+	$h->query_safe("BEGIN; SELECT rlock_try_fair('$key', '0', '2 min')");
+	my $w = session($node);
+	RlockTest::send_query($w, "SELECT rlock_session_try_fair('$key', '2 min');");
+	ok(RlockTest::wait_until(sub { $queue->($pa) ne '' }, 10), 'a first waiter is queued');
+	my $w3 = session($node);
+	RlockTest::send_query($w3, "SELECT rlock_session_try_fair('$key', '2 min');");
+	ok(RlockTest::wait_until(sub { scalar(split ' ', $queue->($pa)) == 2 }, 10),
+		'a second waiter is queued behind it');
+	my ($o, $o3) = ($owner_of->($w), $owner_of->($w3));
+	is($queue->($pa), "$o $o3", 'in order');
+
+	# the first primary takes no new connection, and the worker's command
+	# connection there is closed: the first waiter's cancel keeps its
+	# give-up
+	$pa->cmd('CONFIG', 'SET', 'maxclients', 1);
+	my $id = $pa->client_id('rlock_command');
+	$pa->cmd('CLIENT', 'KILL', 'ID', $id);
+	ok(RlockTest::wait_until(sub { !defined $pa->client_id('rlock_command') }, 5),
+		'the worker has no command connection to the first primary');
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w->{rlock_pid})");
+	my (undef, $err) = RlockTest::collect($w);
+	like($err, qr/ERROR:  57014/, 'the first waiter is cancelled');
+	is($queue->($pa), "$o $o3", 'its give-up waits: its entry is still queued');
+
+	# the slot moves to the second primary, and the same session waits for
+	# the same name again: its entry, still queued there, is its own again
+	my $ss0 = ssubscribes($cluster);
+	my $t0 = time;
+	$cluster->migrate_slot($slot, $pb);
+	# (the kept give-up may go out at once now: with a try of the waiter
+	# behind, retried when its subscription moved there)
+	like($queue->($pb), qr/\Q$o3\E$/, 'the queue moved with the slot');
+	RlockTest::send_query($w, "SELECT rlock_session_try_fair('$key', '2 min');");
+	ok(RlockTest::wait_until(sub { waiting($w) }, 10), 'the first session waits again');
+	is($owner_of->($w), $o, 'as the same owner');
+	ok(RlockTest::wait_until(sub { waiting($w) && waiting($w3) }, 10),
+		'both sessions wait');
+
+	# the first primary takes connections again: the worker's command
+	# connection there is made, and with it the kept give-up goes out
+	$pa->cmd('CONFIG', 'SET', 'maxclients', 10000);
+	ok(RlockTest::wait_until(sub { defined $pa->client_id('rlock_command') }, 15),
+		'the worker connects to the first primary again');
+	# the kept give-up runs before the new wait's try, never after it:
+	# the session that waits is queued, behind the one that waited
+	# without a break
+	ok( RlockTest::wait_until(sub { waiting($w) && $queue->($pb) eq "$o3 $o" }, 10),
+		'the session waiting again is queued behind the other');
+	ok(!RlockTest::wait_until(sub { !waiting($w) || $queue->($pb) ne "$o3 $o" }, 3),
+		'and stays queued while it waits')
+	  or diag('queue now: ' . $queue->($pb));
+
+	my $ss1 = ssubscribes($cluster);
+	my $dt = time - $t0;
+	ok($ss1 - $ss0 < 40,
+		sprintf('a handful of SSUBSCRIBE across the migration (%d in %.1f s)', $ss1 - $ss0, $dt));
+
+	# the holder's commit lets the queue's head in, its release the other
+	$h->query_safe('COMMIT');
+	ok(RlockTest::wait_until(sub { !waiting($w3) }, 10),
+		'the holder committed, the head of the queue gets the lock');
+	my ($out) = RlockTest::collect($w3);
+	is($out, 't', 'the waiter that did not stop');
+	ok(waiting($w), 'the other still waits');
+	my $t1 = time;
+	$w3->query_safe("SELECT rlock_session_release_fair('$key')");
+	ok(RlockTest::wait_until(sub { !waiting($w) }, 20),
+		'its release lets the other in');
+	($out) = RlockTest::collect($w);
+	is($out, 't', 'which gets the lock');
+	ok(time - $t1 < 10, sprintf('at once, not at the end of its wait (%.1f s)', time - $t1));
+	$w->query_safe("SELECT rlock_session_release_fair('$key')");
+	is($queue->($pb), '', 'the queue is empty');
+	$_->quit for $keep, $h, $w, $w3;
+	$node->stop;
+}
+
+done_testing();
