@@ -8,6 +8,13 @@
 #   deadline key of another type, infinite deadlines, a queue of 100000
 #   owners gone; the fair kind's own release with infinite deadlines and
 #   a long stale queue too;
+# - replicas confirming (rlock.sync_replicas = 1): a fair waiter
+#   cancelled while its first try is still on the wire (held back on the
+#   sync connection) leaves nothing queued once the try runs: its give-up
+#   went behind the try, on the same connection; one cancelled while
+#   Redis is down leaves nothing once Redis is back (its give-up, kept
+#   for the sync connection, goes out when that connection is ready),
+#   and so does one cancelled while only the sync connection is lost;
 # - Cluster: a fair waiter cancelled while the worker's connection to its
 #   key's primary is down keeps its give-up; the slot moves to another
 #   primary, whose connection is ready, and the same session waits for
@@ -26,6 +33,7 @@ use Test::More;
 use Time::HiRes qw(time);
 use RlockTest;
 use RlockTest::Cluster;
+use RlockTest::Proxy;
 use RlockTest::Redis;
 
 plan skip_all => 'neither depends on TLS: the plain round runs this'
@@ -126,6 +134,126 @@ sub waiting { return RlockTest::count_waiting($_[0]{rlock_node}, $_[0]{rlock_pid
 	}
 	$s->quit;
 	$node->stop;
+}
+
+#---- replicas confirm: the give-up goes behind the try on the wire ----
+
+{
+	my $redis = RlockTest::Redis->start(
+		args => [ '--appendonly', 'yes', '--appendfsync', 'always' ]);
+	my $replica = $redis->start_replica;
+	my $proxy = RlockTest::Proxy->start($redis->port);
+	my $node = RlockTest::node('review_sync', $redis,
+		command_timeout => '10s',
+		conf => [ 'rlock.port = ' . $proxy->port, "rlock.sync_replicas = '1'" ]);
+	ok( RlockTest::wait_until(
+			sub {
+				$node->safe_psql('postgres',
+					'SELECT command_connection, sync_connection FROM rlock_status()')
+				  eq 'ready|ready';
+			},
+			20),
+		'sync: command and sync connections ready');
+	my $key = 'sync:f';
+	my $h = session($node);
+	$h->query_safe("SELECT rlock_session_try_fair('$key')");
+
+	# a waiter's first try, which queues it, is held on the way to Redis
+	# when the waiter is cancelled
+	is($proxy->hold('rlock_sync'), 1, 'sync: the sync connection is held back');
+	my $w = session($node);
+	RlockTest::send_query($w, "SELECT rlock_session_try_fair('$key', '1 min');");
+	ok(RlockTest::wait_until(sub { $proxy->held_count('EVALSHA') >= 1 }, 10),
+		'sync: the waiter\'s try is on the wire');
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w->{rlock_pid})");
+	my (undef, $err) = RlockTest::collect($w);
+	like($err, qr/ERROR:  57014/, 'sync: the waiter is cancelled');
+	is($proxy->resume(10), 'resumed', 'sync: the try reaches Redis');
+	ok( RlockTest::wait_until(
+			sub {
+				$redis->cmd('LLEN', derived('redisson_lock_queue', $key)) == 0
+				  && $redis->cmd('ZCARD', derived('redisson_lock_timeout', $key)) == 0
+			},
+			5),
+		'sync: its give-up ran behind it: nothing is queued')
+	  or diag('queue: ' . join(' ', @{ $redis->cmd('LRANGE', derived('redisson_lock_queue', $key), 0, -1) }));
+	is($h->query_safe("SELECT rlock_session_release_fair('$key')"), 't', 'sync: the holder releases');
+
+	# a waiter cancelled while Redis is down: its give-up, kept for the
+	# sync connection, goes out when that connection is ready again
+	$key = 'sync:down';
+	$h->query_safe("SELECT rlock_session_try_fair('$key', '0', '1 min')");
+	my $w2 = session($node);
+	RlockTest::send_query($w2, "SELECT rlock_session_try_fair('$key', '1 min');");
+	ok( RlockTest::wait_until(
+			sub { $redis->cmd('LLEN', derived('redisson_lock_queue', $key)) == 1 }, 10),
+		'sync: a waiter is queued');
+	$redis->stop;
+	ok( RlockTest::wait_until(
+			sub {
+				$node->safe_psql('postgres',
+					'SELECT command_connection, sync_connection FROM rlock_status()')
+				  !~ /ready/;
+			},
+			10),
+		'sync: Redis stopped, no connection is ready');
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w2->{rlock_pid})");
+	(undef, $err) = RlockTest::collect($w2);
+	like($err, qr/ERROR:  57014/, 'sync: the waiter is cancelled meanwhile');
+	$redis->restart;
+	ok( RlockTest::wait_until(
+			sub {
+				$redis->cmd('LLEN', derived('redisson_lock_queue', $key)) == 0
+				  && $redis->cmd('ZCARD', derived('redisson_lock_timeout', $key)) == 0
+			},
+			10),
+		'sync: Redis back, its give-up went out: nothing is queued');
+	ok( RlockTest::wait_until(
+			sub { ($h->query("SELECT rlock_session_release_fair('$key')") // '') eq 't' }, 10),
+		'sync: the holder releases');
+
+	# only the sync connection is lost, and cannot be made again for a
+	# while: a waiter cancelled meanwhile keeps its give-up, which goes out
+	# when the sync connection is ready (the command connection never
+	# became ready again: it never went down)
+	$key = 'sync:lost';
+	ok( RlockTest::wait_until(
+			sub { ($replica->cmd('INFO', 'replication') // '') =~ /master_link_status:up/ }, 20),
+		'sync: the replica is attached again');
+	$h->query_safe("SELECT rlock_session_try_fair('$key', '0', '1 min')");
+	my $w3 = session($node);
+	RlockTest::send_query($w3, "SELECT rlock_session_try_fair('$key', '1 min');");
+	ok( RlockTest::wait_until(
+			sub { $redis->cmd('LLEN', derived('redisson_lock_queue', $key)) == 1 }, 10),
+		'sync: a waiter is queued');
+	$redis->cmd('CONFIG', 'SET', 'maxclients', 1);
+	$redis->cmd('CLIENT', 'KILL', 'ID', $redis->client_id('rlock_sync'));
+	ok( RlockTest::wait_until(
+			sub {
+				$node->safe_psql('postgres',
+					'SELECT command_connection, sync_connection FROM rlock_status()')
+				  =~ /^ready\|(?!ready)/;
+			},
+			10),
+		'sync: the sync connection is down, the command connection ready');
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w3->{rlock_pid})");
+	(undef, $err) = RlockTest::collect($w3);
+	like($err, qr/ERROR:  57014/, 'sync: the waiter is cancelled meanwhile');
+	is($redis->cmd('LLEN', derived('redisson_lock_queue', $key)), 1,
+		'sync: its give-up waits for the sync connection');
+	$redis->cmd('CONFIG', 'SET', 'maxclients', 10000);
+	ok( RlockTest::wait_until(
+			sub {
+				$redis->cmd('LLEN', derived('redisson_lock_queue', $key)) == 0
+				  && $redis->cmd('ZCARD', derived('redisson_lock_timeout', $key)) == 0
+			},
+			10),
+		'sync: the sync connection back, its give-up went out: nothing is queued');
+	is($h->query_safe("SELECT rlock_session_release_fair('$key')"), 't',
+		'sync: the holder releases');
+	$_->quit for $h, $w, $w2, $w3;
+	$node->stop;
+	$proxy->stop;
 }
 
 #---- Cluster: a kept give-up and a slot that moved ----
