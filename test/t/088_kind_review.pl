@@ -15,6 +15,11 @@
 #   Redis is down leaves nothing once Redis is back (its give-up, kept
 #   for the sync connection, goes out when that connection is ready),
 #   and so does one cancelled while only the sync connection is lost;
+# - rlock.sync_replicas = auto: a give-up kept for the sync connection
+#   while the replica then leaves goes on the command connection, and the
+#   session that waits again ends up queued behind the other waiter (here
+#   the new command connection retries the waiter right after the
+#   give-up, which hides the order the Cluster case below shows);
 # - Cluster: a fair waiter cancelled while the worker's connection to its
 #   key's primary is down keeps its give-up; the slot moves to another
 #   primary, whose connection is ready, and the same session waits for
@@ -254,6 +259,77 @@ sub waiting { return RlockTest::count_waiting($_[0]{rlock_node}, $_[0]{rlock_pid
 	$_->quit for $h, $w, $w2, $w3;
 	$node->stop;
 	$proxy->stop;
+}
+
+#---- auto: a give-up kept for the sync connection, replicas then gone ----
+
+{
+	my $redis = RlockTest::Redis->start;
+	my $replica = $redis->start_replica;
+	my $node = RlockTest::node('review_auto', $redis);
+	my $status = sub {
+		$node->safe_psql('postgres',
+			'SELECT command_connection, sync_connection FROM rlock_status()');
+	};
+	ok(RlockTest::wait_until(sub { $status->() eq 'ready|ready' }, 20),
+		'auto: a replica, the sync connection ready');
+	my $key = 'auto:f';
+	my $queue = sub { join(' ', @{ $redis->cmd('LRANGE', derived('redisson_lock_queue', $key), 0, -1) }) };
+	my $owner_of = sub {
+		$node->safe_psql('postgres',
+			"SELECT owner FROM rlock_locks WHERE key = '$key' AND pid = $_[0]{rlock_pid}");
+	};
+	my $h = session($node);
+	$h->query_safe("SELECT rlock_session_try_fair('$key', '0', '2 min')");
+	my ($w, $w3) = (session($node), session($node));
+	for my $s ($w, $w3)
+	{
+		RlockTest::send_query($s, "SELECT rlock_session_try_fair('$key', '2 min');");
+		ok(RlockTest::wait_until(sub { $owner_of->($s) ne '' && $queue->() =~ /\Q${\ $owner_of->($s)}\E$/ }, 10),
+			'auto: a waiter is queued');
+	}
+	my ($o, $o3) = ($owner_of->($w), $owner_of->($w3));
+
+	# the sync connection is lost and cannot be made: the first waiter's
+	# cancel keeps its give-up for it
+	$redis->cmd('CONFIG', 'SET', 'maxclients', 1);
+	$redis->cmd('CLIENT', 'KILL', 'ID', $redis->client_id('rlock_sync'));
+	ok(RlockTest::wait_until(sub { $status->() =~ /^ready\|(?!ready)/ }, 10),
+		'auto: the sync connection is down');
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w->{rlock_pid})");
+	my (undef, $err) = RlockTest::collect($w);
+	like($err, qr/ERROR:  57014/, 'auto: the first waiter is cancelled');
+	is($queue->(), "$o $o3", 'auto: its give-up waits for the sync connection');
+
+	# the replica leaves: nothing is to be confirmed, tries go on the
+	# command connection, and the same session waits again
+	$replica->cmd('REPLICAOF', 'NO', 'ONE');
+	ok(RlockTest::wait_until(sub { $status->() eq 'ready|unused' }, 30),
+		'auto: the replica gone, the sync connection is unused');
+	RlockTest::send_query($w, "SELECT rlock_session_try_fair('$key', '2 min');");
+	ok(RlockTest::wait_until(sub { waiting($w) }, 10), 'auto: the first session waits again');
+
+	# a new command connection is made (any reason will do)
+	$redis->cmd('CONFIG', 'SET', 'maxclients', 10000);
+	$redis->cmd('CLIENT', 'KILL', 'ID', $redis->client_id('rlock_command'));
+	ok(RlockTest::wait_until(sub { $status->() eq 'ready|unused' }, 10),
+		'auto: the command connection is made again');
+	ok(RlockTest::wait_until(sub { waiting($w) && $queue->() eq "$o3 $o" }, 10),
+		'auto: the session waiting again is queued behind the other');
+	ok(!RlockTest::wait_until(sub { !waiting($w) || $queue->() ne "$o3 $o" }, 3),
+		'auto: and stays queued while it waits')
+	  or diag('queue now: ' . $queue->());
+	$h->query_safe("SELECT rlock_session_release_fair('$key')");
+	my ($out) = RlockTest::collect($w3);
+	is($out, 't', 'auto: the holder releases, the waiter that did not stop gets the lock');
+	my $t1 = time;
+	$w3->query_safe("SELECT rlock_session_release_fair('$key')");
+	($out) = RlockTest::collect($w);
+	is($out, 't', 'auto: its release lets the other in');
+	ok(time - $t1 < 10, sprintf('auto: at once, not at the end of its wait (%.1f s)', time - $t1));
+	$w->query_safe("SELECT rlock_session_release_fair('$key')");
+	$_->quit for $h, $w, $w3;
+	$node->stop;
 }
 
 #---- Cluster: a kept give-up and a slot that moved ----
