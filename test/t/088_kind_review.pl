@@ -7,7 +7,9 @@
 #   sits at the keys of a fair queue beside it: a string, a hash, a
 #   deadline key of another type, infinite deadlines, a queue of 100000
 #   owners gone; the fair kind's own release with infinite deadlines and
-#   a long stale queue too;
+#   a long stale queue too; and with a Redis user that may not run TIME
+#   (an ACL from before the fair kind), a live fair waiter queued beside
+#   the lock costs it its message, not the release its success;
 # - replicas confirming (rlock.sync_replicas = 1): a fair waiter
 #   cancelled while its first try is still on the wire (held back on the
 #   sync connection) leaves nothing queued once the try runs: its give-up
@@ -136,6 +138,36 @@ sub waiting { return RlockTest::count_waiting($_[0]{rlock_node}, $_[0]{rlock_pid
 			is($s->query_safe("SELECT rlock_held('$key')"), '0',
 				"$kind, $case: and not counted");
 		}
+	}
+	$s->quit;
+	$node->stop;
+}
+
+#---- a Redis user that may not run TIME (an ACL from before fair locks) ----
+
+{
+	my $secret = 'review-secret';
+	my $redis = RlockTest::Redis->start(
+		args => [ '--user', 'notime', 'on', ">$secret", '~*', '&*', '+@all', '-time' ]);
+	my $pw = RlockTest::password_file(PostgreSQL::Test::Utils::tempdir, $secret);
+	my $node = RlockTest::node('review_notime', $redis,
+		conf => [ "rlock.username = 'notime'", "rlock.password_file = '$pw'" ]);
+	ok(RlockTest::wait_for_redis($node, 10), 'notime: rlock connects as a user without TIME');
+	$redis->cmd('AUTH', 'notime', $secret);
+	my $s = session($node);
+	for my $kind ([ 'exclusive', '' ], [ 'shared', '_shared' ])
+	{
+		my ($what, $sfx) = @$kind;
+		my $key = "notime:$what";
+		is($s->query_safe("SELECT rlock_session_try$sfx('$key')"), 't', "notime, $what: taken");
+		# a Java fair-lock waiter queued on the name, its deadline a minute on
+		$redis->cmd('RPUSH', derived('redisson_lock_queue', $key), 'java:1');
+		$redis->cmd('ZADD', derived('redisson_lock_timeout', $key), int(time * 1000) + 60000, 'java:1');
+		$s->query("SELECT rlock_session_release$sfx('$key')");
+		is($s->{stderr}, '', "notime, $what: the release raises nothing");
+		$s->{stderr} = '';
+		is($redis->cmd('EXISTS', $key), 0, "notime, $what: the lock is freed");
+		is($s->query_safe("SELECT rlock_held$sfx('$key')"), '0', "notime, $what: and not counted");
 	}
 	$s->quit;
 	$node->stop;
