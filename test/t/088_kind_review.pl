@@ -29,9 +29,9 @@
 #   primary takes connections again, the kept give-up must not remove
 #   the entry of that new wait: it goes out before the new wait's try, so
 #   the session waiting again is queued behind the waiter that never
-#   stopped, stays queued, and is let in by that waiter's release.  The re-subscriptions of the waiters across
-#   that migration are counted (SSUBSCRIBE on every primary): a handful,
-#   no loop.
+#   stopped, stays queued, and is let in by that waiter's release.  The
+#   re-subscriptions of the waiters across that migration are counted
+#   (SSUBSCRIBE on every primary, refused ones too): a handful, no loop.
 use strict;
 use warnings;
 
