@@ -24,8 +24,9 @@
 -- the owners gone are dropped (this one drops nothing, and looks at the
 -- first 64 owners at most).  Those channels and the queue are
 -- no declared keys (the slot is the lock's; Redisson's own scripts name
--- other readers' keys so), and a command the user may not run costs only
--- that message.  Returns how many subscribers the messages reached.
+-- other readers' keys so), and a command the user may not run (TIME too,
+-- which an ACL from before the fair kind lacks) costs only that message.
+-- Returns how many subscribers the messages reached.
 --
 -- Included on one line (see embed-lua): no comment after code here.
 local function rlock_publish(k, at, message)
@@ -69,7 +70,10 @@ local function rlock_tell_family(at)
 		return heard
 	end
 	local deadlines = rlock_derived('redisson_lock_timeout:', KEYS[1])
-	local t = redis.call('time')
+	local t = redis.pcall('time')
+	if type(t) ~= 'table' or not t[1] then
+		return heard
+	end
 	local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 	for _, owner in ipairs(heads) do
 		local deadline = tonumber(redis.pcall('zscore', deadlines, owner))

@@ -290,6 +290,17 @@ worker_send_acquire(WorkerReq *req)
 		kh.queue_ms = req->queue_ms;
 	}
 
+	/*
+	 * A give-up kept for a connection that was down goes out before any
+	 * try of its kind that may queue: a route of its key that became ready
+	 * without a new connection (a slot moved to a primary already
+	 * connected, replicas no longer confirming) would otherwise let it run
+	 * after a later wait of its owner queued again, and take that entry
+	 * out of the queue while its owner waits.
+	 */
+	if (rlock_kinds[h->kind]->give_up != NULL)
+		worker_give_ups_flush();
+
 	wc = worker_cmd_new(WORKER_CMD_ACQUIRE);
 	wc->slot = slot;
 	wc->seq = req->seq;
