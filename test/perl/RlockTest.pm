@@ -214,6 +214,19 @@ sub timed_psql
 	return ($rc, $out, $err, time - $t0);
 }
 
+# A background_psql session of $node that goes on after an error, with
+# verbose errors (SQLSTATEs); its backend's pid is $s->{rlock_pid}, its
+# node $s->{rlock_node}.
+sub session
+{
+	my ($node) = @_;
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY verbose');
+	$s->{rlock_pid} = $s->query_safe('SELECT pg_backend_pid()');
+	$s->{rlock_node} = $node;
+	return $s;
+}
+
 # Start $sql in a background_psql session (opened with on_error_stop =>
 # 0) without waiting for it to end; collect() gets its outcome.
 sub send_query

@@ -45,13 +45,7 @@ my %blocker = (exclusive => 'rlock_try', shared => 'rlock_try', fair => 'rlock_t
 
 sub f { my ($kind, $name) = @_; return "rlock_$name$suffix{$kind}" }
 
-sub session
-{
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe('\set VERBOSITY verbose');
-	$s->{rlock_pid} = $s->query_safe('SELECT pg_backend_pid()');
-	return $s;
-}
+sub session { return RlockTest::session($node) }
 
 sub timeout_keys { return @{ $redis->cmd('KEYS', "{$_[0]}:*rwlock_timeout*") } }
 sub queue_len

@@ -31,15 +31,7 @@ use RlockTest::Sentinel;
 plan skip_all => 'Sentinel and Cluster over TLS: 037, 043 and 059 run those'
   if RlockTest::TLS::everywhere();
 
-sub session
-{
-	my ($node) = @_;
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe('\set VERBOSITY verbose');
-	$s->{rlock_pid} = $s->query_safe('SELECT pg_backend_pid()');
-	$s->{rlock_node} = $node;
-	return $s;
-}
+sub session { return RlockTest::session(@_) }
 
 sub owner_of
 {

@@ -52,15 +52,7 @@ sub derived
 	return $key =~ /\{/ ? "$prefix:$key" : "$prefix:{$key}";
 }
 
-sub session
-{
-	my ($node) = @_;
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe('\set VERBOSITY verbose');
-	$s->{rlock_pid} = $s->query_safe('SELECT pg_backend_pid()');
-	$s->{rlock_node} = $node;
-	return $s;
-}
+sub session { return RlockTest::session(@_) }
 
 # SSUBSCRIBE calls on every primary of $cluster, those refused
 # (redirected) too
