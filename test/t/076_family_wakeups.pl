@@ -186,6 +186,20 @@ for my $key ('rw:w', 'rw{w}')
 
 #---- rlock's release tells the read-write and fair waiters ----
 
+# The messages $sub hears until two channels have spoken (5 s at most
+# between two): channel => [messages]
+sub two_channels
+{
+	my ($sub) = @_;
+	my %got;
+	while (my $m = $sub->next_message(5))
+	{
+		push @{ $got{ $m->[0] } }, $m->[1];
+		last if keys %got == 2;
+	}
+	return %got;
+}
+
 for my $key ('fam', 'fam{x}')
 {
 	my $rwchan = derived('redisson_rwlock', $key);
@@ -200,12 +214,7 @@ for my $key ('fam', 'fam{x}')
 	$sub->send_cmd('SUBSCRIBE', $rwchan, $head, $second);
 	$sub->read_reply(5) for 1 .. 3;
 	sql("BEGIN; SELECT rlock_try('$key'); COMMIT");
-	my %got;
-	while (my $m = $sub->next_message(5))
-	{
-		push @{ $got{ $m->[0] } }, $m->[1];
-		last if keys %got == 2;
-	}
+	my %got = two_channels($sub);
 	is_deeply(\%got, { $rwchan => ['1'], $head => ['0'] },
 		"$key: a release publishes \"1\" on $rwchan and \"0\" to the fair queue's head only");
 	is($redis->cmd('LLEN', $queue), 2, "$key: the queue is left as it was");
@@ -215,24 +224,14 @@ for my $key ('fam', 'fam{x}')
 	is(sql("SELECT rlock_force_release('$key')"), 't',
 		"$key: rlock_force_release removes a read lock");
 	is($redis->cmd('EXISTS', $key), 0, "$key: the key is gone");
-	%got = ();
-	while (my $m = $sub->next_message(5))
-	{
-		push @{ $got{ $m->[0] } }, $m->[1];
-		last if keys %got == 2;
-	}
+	%got = two_channels($sub);
 	is_deeply(\%got, { $rwchan => ['1'], $head => ['0'] },
 		"$key: and tells both families' waiters");
 
 	# a head whose deadline passed is gone: its successor is told
 	$redis->cmd('ZADD', $deadlines, $now - 1000, 'java-uuid:3');
 	sql("BEGIN; SELECT rlock_try('$key'); COMMIT");
-	%got = ();
-	while (my $m = $sub->next_message(5))
-	{
-		push @{ $got{ $m->[0] } }, $m->[1];
-		last if keys %got == 2;
-	}
+	%got = two_channels($sub);
 	is_deeply(\%got, { $rwchan => ['1'], $second => ['0'] },
 		"$key: with the head's deadline passed, the next owner is told");
 	is($redis->cmd('LLEN', $queue), 2, "$key: and the queue is left as it was");
