@@ -311,6 +311,10 @@ FROM pg_proc WHERE proname = 'rlock_locks';
 SELECT key, state, kind, mode FROM rlock_locks WHERE key = 'err:kind';
 SELECT has_table_privilege('err_monitor', 'rlock_locks', 'SELECT') AS monitor_sees_locks_1_6,
        has_table_privilege('public', 'rlock_locks', 'SELECT') AS public_sees_locks_1_6;
+-- 1.7's semaphores: their taking functions are not PUBLIC's either
+ALTER EXTENSION rlock UPDATE TO '1.7';
+SELECT has_function_privilege('public', 'rlock_try_permits(text, integer, interval, interval)', 'EXECUTE') AS public_takes_permits,
+       has_function_privilege('public', 'rlock_release_permits(text, integer)', 'EXECUTE') AS public_gives_back_permits;
 SELECT rlock_session_release('err:kind');
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
@@ -358,7 +362,7 @@ ALTER EXTENSION rlock UPDATE TO '1.2';
 GRANT SELECT ON rlock_stats TO err_reader WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rlock_stats() TO err_reader;
 GRANT SELECT ON rlock_locks TO err_reader;
-ALTER EXTENSION rlock UPDATE TO '1.6';
+ALTER EXTENSION rlock UPDATE TO '1.7';
 SELECT * FROM err_initacl_wrong ORDER BY 2, 3::text;
 -- (no records before PostgreSQL 17)
 SELECT count(*) > 0 OR current_setting('server_version_num')::int < 170000

@@ -42,6 +42,8 @@ extern int64 rlock_arg_lease_ms(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz rlock_arg_deadline(int64 us);
 extern int64 rlock_key_query(FunctionCallInfo fcinfo, RlockKind kind,
 							 RlockOp op, RlockKey *key);
+extern int64 rlock_key_call(FunctionCallInfo fcinfo, RlockKind kind,
+							int call, int64 arg, RlockKey *key);
 
 /* utility.c: DROP EXTENSION refused while locks are held; statement ends */
 extern void rlock_utility_init(void);
@@ -49,16 +51,19 @@ extern bool rlock_in_routine(void);
 
 /* holds.c: the backend's holds, each on a key in a kind and mode */
 extern RlockStatus rlock_acquire(RlockKind kind, int mode, const char *key,
-								 int keylen, bool session,
+								 int keylen, bool session, int32 amount,
 								 TimestampTz wait_until, int64 lease_ms,
 								 bool use_lock_timeout, bool want_token,
 								 int64 *token);
-extern RlockStatus rlock_release_one(RlockKind kind, int mode,
-									 const char *key, int keylen,
-									 bool session, bool *found);
+extern RlockStatus rlock_release_holds(RlockKind kind, int mode,
+									   const char *key, int keylen,
+									   bool session, int32 amount,
+									   bool *found);
 extern int	rlock_release_session_all(RlockStatus *status);
 extern int	rlock_held_count(RlockKind kind, int mode, const char *key,
 							 int keylen);
+extern int	rlock_held_scope(RlockKind kind, int mode, const char *key,
+							 int keylen, bool session);
 extern int64 rlock_held_token(RlockKind kind, int mode, const char *key,
 							  int keylen);
 

@@ -72,7 +72,7 @@ extern void rlock_local_take_note(LocalHold *lh, bool warn_session,
 extern void rlock_local_unpin_if_unused(LocalHold *lh);
 extern void rlock_local_prune(void);
 extern RlockStatus rlock_hold_request(RlockOp op, LocalHold *lh,
-									  bool session,
+									  bool session, int32 amount,
 									  TimestampTz wait_until, int64 lease_ms,
 									  bool use_lock_timeout, bool want_token,
 									  int64 *value);

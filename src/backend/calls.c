@@ -103,7 +103,7 @@ rlock_call_take(FunctionCallInfo fcinfo, RlockKind kind, int mode,
 	}
 
 	calls_check(kind, mode, &key);
-	status = rlock_acquire(kind, mode, key.redis, key.len, session,
+	status = rlock_acquire(kind, mode, key.redis, key.len, session, 1,
 						   wait_until, lease_ms, !bounded, want_token, token);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	return status == RLOCK_STATUS_OK;
@@ -124,8 +124,8 @@ rlock_call_give(FunctionCallInfo fcinfo, RlockKind kind, int mode,
 	bool		found;
 
 	rlock_arg_key(fcinfo, 0, &key);
-	status = rlock_release_one(kind, mode, key.redis, key.len, session,
-							   &found);
+	status = rlock_release_holds(kind, mode, key.redis, key.len, session, 1,
+								 &found);
 	if (!found)
 	{
 		bool		other_scope = rlock_held_count(kind, mode, key.redis,

@@ -265,10 +265,12 @@ rlock_arg_deadline(int64 us)
 
 /*
  * Ask Redis about a key, through its kind's commands (EXISTS, PTTL: the
- * probe; FORCE, HOLDER).
+ * probe; FORCE, HOLDER; CALL: the kind's call "call" with argument
+ * "arg").
  */
 static RlockStatus
-rlock_query(RlockKind kind, RlockOp op, RlockKey *key, int64 *value)
+rlock_query(RlockKind kind, RlockOp op, RlockKey *key, int call, int64 arg,
+			int64 *value)
 {
 	RlockRequest req;
 
@@ -278,6 +280,8 @@ rlock_query(RlockKind kind, RlockOp op, RlockKey *key, int64 *value)
 	req.args.mode = 0;
 	req.args.hold = -1;
 	req.args.keylen = key->len;
+	req.args.call = (int16) call;
+	req.args.call_arg = arg;
 	req.args.wait_until = GetCurrentTimestamp();
 	req.key = key->redis;
 	return rlock_request(&req, value);
@@ -319,7 +323,26 @@ rlock_key_query(FunctionCallInfo fcinfo, RlockKind kind, RlockOp op,
 	int64		value = 0;
 
 	rlock_arg_key(fcinfo, 0, key);
-	status = rlock_query(kind, op, key, &value);
+	status = rlock_query(kind, op, key, 0, 0, &value);
+	rlock_report_status(status, key->sql, strlen(key->sql));
+	return value;
+}
+
+/*
+ * Run the kind's call "call" with argument "arg" on the key in argument 0
+ * (a semaphore's or a latch's count, say); returns Redis's number.  Sent
+ * once: if the connection goes before Redis answers, the caller gets an
+ * error saying the outcome is unknown.
+ */
+int64
+rlock_key_call(FunctionCallInfo fcinfo, RlockKind kind, int call, int64 arg,
+			   RlockKey *key)
+{
+	RlockStatus status;
+	int64		value = 0;
+
+	rlock_arg_key(fcinfo, 0, key);
+	status = rlock_query(kind, RLOCK_OP_CALL, key, call, arg, &value);
 	rlock_report_status(status, key->sql, strlen(key->sql));
 	return value;
 }

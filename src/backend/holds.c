@@ -386,11 +386,13 @@ rlock_local_publish(LocalHold *lh)
 }
 
 /*
- * Record a granted hold, with its fencing token (0 if it asked for none).
+ * Record a granted hold of "amount" (1 for a lock, the permits taken for a
+ * semaphore), with its fencing token (0 if it asked for none).
  * Allocates nothing: rlock_local_reserve() made room before the request.
  */
 static void
-rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
+rlock_local_add(LocalHold *lh, bool session, int32 amount, int64 lease_ms,
+				int64 token)
 {
 	SubTransactionId subid = session ? InvalidSubTransactionId :
 	GetCurrentSubTransactionId();
@@ -402,7 +404,7 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
 		lh->acquired_at = GetCurrentTimestamp();
 	if (top != NULL && top->session == session && top->subid == subid &&
 		top->lease_ms == lease_ms && top->token == 0 && token == 0)
-		top->count++;
+		top->count += amount;
 	else
 	{
 		Assert(lh->nruns < lh->maxruns);
@@ -411,16 +413,16 @@ rlock_local_add(LocalHold *lh, bool session, int64 lease_ms, int64 token)
 		top->subid = subid;
 		top->lease_ms = lease_ms;
 		top->token = token;
-		top->count = 1;
+		top->count = amount;
 	}
 
 	if (session)
-		lh->session_count++;
+		lh->session_count += amount;
 	else
 	{
 		if (lh->xact_count == 0)
 			dlist_push_tail(&rlock_xact_holds, &lh->xact_node);
-		lh->xact_count++;
+		lh->xact_count += amount;
 	}
 
 	rlock_local_describe(lh, &lease, &renew);
@@ -613,7 +615,7 @@ rlock_local_take_note(LocalHold *lh, bool warn_session, bool warn_xact)
  * the answer.
  */
 RlockStatus
-rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
+rlock_hold_request(RlockOp op, LocalHold *lh, bool session, int32 amount,
 				   TimestampTz wait_until, int64 lease_ms,
 				   bool use_lock_timeout, bool want_token, int64 *value)
 {
@@ -632,6 +634,7 @@ rlock_hold_request(RlockOp op, LocalHold *lh, bool session,
 	req.args.hold_generation = lh ? lh->generation : 0;
 	req.args.wait_until = wait_until;
 	req.args.lease_ms = lease_ms;
+	req.args.amount = amount;
 	req.args.want_token = want_token;
 	req.use_lock_timeout = use_lock_timeout;
 	return rlock_request(&req, value);
@@ -661,14 +664,16 @@ rlock_count_acquire_error(int sqlerrcode)
 }
 
 /*
- * Take one hold on a key in a kind and mode, waiting until wait_until (0:
- * without limit).  Returns OK when granted, BUSY when not; other statuses
- * are errors for the caller to report.
+ * Take one hold of "amount" on a key in a kind and mode (1 for a lock,
+ * the permits for a semaphore), waiting until wait_until (0: without
+ * limit).  Returns OK when granted, BUSY when not; other statuses are
+ * errors for the caller to report.
  */
 RlockStatus
 rlock_acquire(RlockKind kind, int mode, const char *key, int keylen,
-			  bool session, TimestampTz wait_until, int64 lease_ms,
-			  bool use_lock_timeout, bool want_token, int64 *token)
+			  bool session, int32 amount, TimestampTz wait_until,
+			  int64 lease_ms, bool use_lock_timeout, bool want_token,
+			  int64 *token)
 {
 	LocalHold  *volatile lh = rlock_local_enter(kind, mode, key, keylen);
 	TimestampTz start = GetCurrentTimestamp();
@@ -679,7 +684,7 @@ rlock_acquire(RlockKind kind, int mode, const char *key, int keylen,
 	{
 		rlock_local_pin(lh);
 		rlock_local_reserve(lh);
-		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session,
+		status = rlock_hold_request(RLOCK_OP_ACQUIRE, lh, session, amount,
 									wait_until, lease_ms, use_lock_timeout,
 									want_token, &value);
 	}
@@ -720,7 +725,7 @@ rlock_acquire(RlockKind kind, int mode, const char *key, int keylen,
 		 * carries the new hold's lease.
 		 */
 		dropped = rlock_local_drop_lost(lh, &nxact, &nsession);
-		rlock_local_add(lh, session, lease_ms, want_token ? value : 0);
+		rlock_local_add(lh, session, amount, lease_ms, want_token ? value : 0);
 		*token = value;
 		if (dropped > 0)
 		{
@@ -751,15 +756,17 @@ rlock_acquire(RlockKind kind, int mode, const char *key, int keylen,
 }
 
 /*
- * Release the newest hold of one scope on a key in a kind and mode and
- * report what Redis said about it: OK, or NOT_HELD when Redis no longer
- * had the hold.  *found is false (and nothing happens) when the session
- * has no such hold.  The release is queued before the request, so it
- * happens even if the wait for the answer is interrupted.
+ * Release the newest "amount" of one scope's holds on a key in a kind and
+ * mode (1 for a lock, permits for a semaphore; the caller made sure the
+ * scope holds that much) and report what Redis said about it: OK, or
+ * NOT_HELD when Redis no longer had the hold.  *found is false (and
+ * nothing happens) when the session has no such hold.  The release is
+ * queued before the request, so it happens even if the wait for the
+ * answer is interrupted.
  */
 RlockStatus
-rlock_release_one(RlockKind kind, int mode, const char *key, int keylen,
-				  bool session, bool *found)
+rlock_release_holds(RlockKind kind, int mode, const char *key, int keylen,
+					bool session, int32 amount, bool *found)
 {
 	LocalHold  *volatile lh = rlock_local_find(kind, mode, key, keylen);
 	volatile SubTransactionId subid;
@@ -774,13 +781,16 @@ rlock_release_one(RlockKind kind, int mode, const char *key, int keylen,
 
 	/* the entry stays pinned until the worker has answered about it */
 	subid = session ? InvalidSubTransactionId : rlock_local_outer_subid(lh);
+	Assert(amount > 0);
 	rlock_local_queue(lh, rlock_local_remove_holds(lh, session,
-												   InvalidSubTransactionId, 1));
+												   InvalidSubTransactionId,
+												   amount));
 	rlock_count(RLOCK_STAT_RELEASED, 1);
 	PG_TRY();
 	{
-		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, session, GetCurrentTimestamp(), 0, false,
-									false, &value);
+		status = rlock_hold_request(RLOCK_OP_RELEASE, lh, session, 0,
+									GetCurrentTimestamp(), 0, false, false,
+									&value);
 	}
 	PG_CATCH();
 	{
@@ -837,8 +847,9 @@ rlock_release_session_all(RlockStatus *status)
 	}
 
 	if (total > 0)
-		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL, true, GetCurrentTimestamp(), 0,
-									 false, false, &value);
+		*status = rlock_hold_request(RLOCK_OP_BARRIER, NULL, true, 0,
+									 GetCurrentTimestamp(), 0, false, false,
+									 &value);
 	return total;
 }
 
@@ -856,6 +867,23 @@ rlock_held_count(RlockKind kind, int mode, const char *key, int keylen)
 	rlock_local_take_note(lh, true, true);
 	rlock_local_unpin_if_unused(lh);
 	return lh->session_count + lh->xact_count;
+}
+
+/*
+ * This session's hold count on a key in a kind and mode in one scope,
+ * after taking note of a loss.
+ */
+int
+rlock_held_scope(RlockKind kind, int mode, const char *key, int keylen,
+				 bool session)
+{
+	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
+
+	if (lh == NULL)
+		return 0;
+	rlock_local_take_note(lh, true, true);
+	rlock_local_unpin_if_unused(lh);
+	return session ? lh->session_count : lh->xact_count;
 }
 
 /*

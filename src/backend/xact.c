@@ -200,7 +200,7 @@ rlock_verify_before_commit(void)
 		 rlock_xact_holds_unconfirmed()))
 	{
 		status = rlock_hold_request(RLOCK_OP_VERIFY, NULL,
-									false, GetCurrentTimestamp(),
+									false, 0, GetCurrentTimestamp(),
 									rlock_verify_margin, false, false, &lost);
 		rlock_report_status(status, NULL, 0);
 	}

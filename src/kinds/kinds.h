@@ -39,6 +39,8 @@ typedef struct RlockKindHold
 	int			keylen;
 	uint64		owner_id;
 	int			mode;			/* the kind's mode; 0 for a kind without */
+	RlockAmount held;			/* acquire: what the owner held before it,
+								 * in the kind's unit */
 	bool		waited;			/* acquire: a waiter's try, which leaves a
 								 * lock yielded to other clients to them */
 	int64		queue_ms;		/* acquire, give_up: how long the owner may
@@ -221,6 +223,16 @@ typedef struct RlockKindMethod
 	 */
 	void		(*give_up) (RlockArgs *args, RlockCmd *cmd,
 							const RlockKindHold *hold);
+
+	/*
+	 * Optional, for a kind with calls of its own on a key, such as setting
+	 * a semaphore's permits or counting a latch down (the SQL functions
+	 * name them by number): the command of call "which" with its argument;
+	 * the reply is an integer, which the SQL function gets.  Sent once and
+	 * never again, so a call need not be idempotent.
+	 */
+	void		(*call) (RlockArgs *args, RlockCmd *cmd, const char *key,
+						 int keylen, int which, int64 arg);
 } RlockKindMethod;
 
 /* room for the channel of a waiter of its own (waiter_channel) */

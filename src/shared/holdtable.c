@@ -405,20 +405,21 @@ rlock_hold_unref(int index)
 }
 
 /*
- * An acquire for the entry goes out: it asks Redis for one hold more than
+ * An acquire for the entry goes out: it asks Redis for "amount" more than
  * the count the worker knows, which is returned.  One at a time.
  */
 int32
-rlock_hold_acquire_begin(int index)
+rlock_hold_acquire_begin(int index, int32 amount)
 {
 	RlockHold  *h = rlock_hold(index);
 	int32		target;
 
 	SpinLockAcquire(&h->mutex);
 	hold_check(h);
-	Assert(h->worker_refs > 0 && !h->acquiring);
-	target = h->count + 1;
+	Assert(h->worker_refs > 0 && !h->acquiring && amount > 0);
+	target = h->count + amount;
 	h->acquiring = true;
+	h->adding = amount;
 	SpinLockRelease(&h->mutex);
 	return target;
 }
@@ -438,7 +439,7 @@ rlock_hold_grant(int index, int32 count, TimestampTz expires,
 
 	SpinLockAcquire(&h->mutex);
 	hold_check(h);
-	Assert(h->acquiring && count == h->count + 1);
+	Assert(h->acquiring && count == h->count + h->adding);
 	h->acquiring = confirming;
 	h->count = count;
 	hold_confirm(h, expires);
@@ -488,7 +489,7 @@ rlock_hold_settle(int index, int32 count, bool confirmed)
 	h->acquiring = false;
 	if (!confirmed)
 	{
-		h->count = count - 1;
+		h->count = count - h->adding;
 		h->resync = true;
 	}
 	SpinLockRelease(&h->mutex);

@@ -43,7 +43,7 @@ rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
 	int			len = strlen(prefix);
 	bool		braces = (memchr(key, '{', keylen) == NULL);
 
-	Assert(len <= strlen(RLOCK_CHANNEL_PREFIX));
+	Assert(len <= strlen(RLOCK_LATCH_PREFIX));
 	memcpy(buf, prefix, len);
 	if (braces)
 		buf[len++] = '{';

@@ -34,6 +34,9 @@
 #define RLOCK_RWLOCK_PREFIX		"redisson_rwlock:"
 #define RLOCK_QUEUE_PREFIX		"redisson_lock_queue:"
 #define RLOCK_DEADLINES_PREFIX	"redisson_lock_timeout:"
+#define RLOCK_SEMAPHORE_PREFIX	"redisson_sc:"
+/* a latch's channel: this prefix and the key, always in braces */
+#define RLOCK_LATCH_PREFIX		"redisson_countdownlatch__channel__"
 
 /*
  * What a request asks for.  Releases at transaction end do not use a
@@ -48,7 +51,9 @@ typedef enum RlockOp
 	RLOCK_OP_BARRIER,			/* answered once everything before it is */
 	RLOCK_OP_VERIFY,			/* are the session's holds still there */
 	RLOCK_OP_FORCE,				/* remove the key, whoever holds it */
-	RLOCK_OP_HOLDER				/* who holds the key */
+	RLOCK_OP_HOLDER,			/* who holds the key */
+	RLOCK_OP_CALL				/* one of the kind's calls on the key (its
+								 * call method): sent once, never again */
 } RlockOp;
 
 /*
@@ -62,7 +67,8 @@ typedef enum RlockOp
 #define RLOCK_KIND_LIST(X) \
 	X(PLAIN, plain)				/* Redisson RLock: reentrant exclusive, and
 								 * its read lock (the shared mode) */ \
-	X(FAIR, fair)				/* Redisson fair lock: exclusive, FIFO */
+	X(FAIR, fair)				/* Redisson fair lock: exclusive, FIFO */ \
+	X(SEMAPHORE, semaphore)		/* Redisson permit-expirable semaphore */
 
 /*
  * The kinds whose lock is the hash of Redisson's lock family at the key
@@ -137,6 +143,11 @@ typedef struct RlockRequestArgs
 	TimestampTz wait_until;		/* ACQUIRE: give up after this; 0 = never */
 	int64		lease_ms;		/* ACQUIRE: lease, 0 = the watchdog;
 								 * VERIFY: the safety margin */
+	int32		amount;			/* ACQUIRE: how much it adds to the hold
+								 * (1 for a lock, the permits for a
+								 * semaphore) */
+	int16		call;			/* CALL: which of the kind's calls, */
+	int64		call_arg;		/* and its argument */
 	int			keylen;			/* EXISTS, PTTL, FORCE, HOLDER: the key's
 								 * length; 0 for none */
 } RlockRequestArgs;
@@ -207,9 +218,11 @@ typedef struct RlockHold
 	/* written by the worker */
 	int32		worker_refs;	/* requests the worker works on for it */
 	int32		count;			/* holds in Redis after what was sent, in
-								 * requests granted (a command names
-								 * count times the kind's step) */
-	bool		acquiring;		/* an acquire is on the wire */
+								 * the amounts of requests granted (a
+								 * command names count times the kind's
+								 * step) */
+	bool		acquiring;		/* an acquire is on the wire, */
+	int32		adding;			/* adding this much to count */
 	int32		unacked;		/* releases on the wire */
 	bool		resync;			/* re-assert count in Redis */
 	bool		lost;			/* Redis was seen without the owner's holds
@@ -443,7 +456,7 @@ extern bool rlock_hold_try_free(int index);
 /* the worker */
 extern bool rlock_hold_ref(int index, uint32 generation);
 extern void rlock_hold_unref(int index);
-extern int32 rlock_hold_acquire_begin(int index);
+extern int32 rlock_hold_acquire_begin(int index, int32 amount);
 extern bool rlock_hold_grant(int index, int32 count, TimestampTz expires,
 							 bool confirming, bool lost);
 extern bool rlock_hold_refuse(int index, bool doubt, bool lost);
@@ -502,8 +515,8 @@ extern char *rlock_sql_key(const char *key, int keylen, int prefixlen);
 extern char *rlock_sql_text(const char *s, int len);
 #define RLOCK_INSTANCE_NAME_LEN	128
 extern void rlock_instance_display_name(char *buf, int buflen);
-/* room for the longest derived name (the channel) of a key */
-#define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_CHANNEL_PREFIX) + (keylen) + 2)
+/* room for the longest derived name (a latch's channel) of a key */
+#define RLOCK_CHANNEL_MAXLEN(keylen)	(sizeof(RLOCK_LATCH_PREFIX) + (keylen) + 2)
 #define RLOCK_OWNER_MAXLEN				(RLOCK_UUID_LEN + 22)
 /*
  * A session's owner number n steps by RLOCK_OWNER_STEP, and its holds in

@@ -344,6 +344,13 @@ worker_query_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 						"The connection to Redis was lost before it answered; the lock may or may not have been removed. rlock_holder() shows who holds it now.");
 		return;
 	}
+	if (reply == NULL && req->args.op == RLOCK_OP_CALL)
+	{
+		/* a call that counts (down, up) must not count twice */
+		worker_complete(req, RLOCK_STATUS_CONNECTION, 0,
+						"The connection to Redis was lost before it answered; the call may or may not have taken effect.");
+		return;
+	}
 	if (reply == NULL)
 	{
 		worker_note_unanswered(req, wc);

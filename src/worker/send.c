@@ -264,11 +264,12 @@ worker_send_acquire(WorkerReq *req)
 	if (h->count == 0 && !req->tried && worker_join_line(req))
 		return;
 
-	target = rlock_hold_acquire_begin(req->args.hold);
+	target = rlock_hold_acquire_begin(req->args.hold, req->args.amount);
 	kh.owner_id = h->owner_id;
 	kh.key = h->key;
 	kh.keylen = h->keylen;
 	kh.mode = h->mode;
+	kh.held = (target - req->args.amount) * rlock_kinds[h->kind]->step;
 	/* a waiter leaves a lock yielded to other clients to them */
 	kh.waited = req->told_busy;
 	/*
@@ -421,7 +422,7 @@ worker_send_verify(WorkerReq *req)
 /*
  * Send a request about a key, or none: the request's kind's probe for
  * EXISTS and PTTL, its force script for FORCE, its holder script for
- * HOLDER, or PING for RELEASE and BARRIER (answered once everything sent
+ * HOLDER, its call method for CALL, or PING for RELEASE and BARRIER (answered once everything sent
  * before it is).
  */
 static void
@@ -438,6 +439,10 @@ worker_send_query(WorkerReq *req)
 			break;
 		case RLOCK_OP_HOLDER:
 			kind->holder(args, &wc->cmd, req->key, req->args.keylen);
+			break;
+		case RLOCK_OP_CALL:
+			kind->call(args, &wc->cmd, req->key, req->args.keylen,
+					   req->args.call, req->args.call_arg);
 			break;
 		case RLOCK_OP_EXISTS:
 		case RLOCK_OP_PTTL:

@@ -200,7 +200,8 @@ worker_send_transfer(int index)
 		return false;
 
 	wc = transfer_cmd(conn, index, req->args.hold,
-					  rlock_hold_acquire_begin(req->args.hold),
+					  rlock_hold_acquire_begin(req->args.hold,
+											   req->args.amount),
 					  worker_lease(req->args.lease_ms), &args);
 	wc->slot = slot;
 	wc->seq = req->seq;

@@ -41,7 +41,8 @@ rlock_test_ticket_try(PG_FUNCTION_ARGS)
 	until = rlock_arg_deadline(rlock_arg_interval_us(fcinfo, 1, "wait",
 													 false, true));
 	status = rlock_acquire(RLOCK_KIND_TICKET, 0, key.redis, key.len,
-						   PG_GETARG_BOOL(2), until, 0, false, false, &token);
+						   PG_GETARG_BOOL(2), 1, until, 0, false, false,
+						   &token);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	PG_RETURN_BOOL(status == RLOCK_STATUS_OK);
 }
@@ -58,8 +59,8 @@ rlock_test_ticket_release(PG_FUNCTION_ARGS)
 	bool		found;
 
 	rlock_arg_key(fcinfo, 0, &key);
-	status = rlock_release_one(RLOCK_KIND_TICKET, 0, key.redis, key.len,
-							   PG_GETARG_BOOL(1), &found);
+	status = rlock_release_holds(RLOCK_KIND_TICKET, 0, key.redis, key.len,
+								 PG_GETARG_BOOL(1), 1, &found);
 	if (!found || status == RLOCK_STATUS_NOT_HELD)
 		PG_RETURN_BOOL(false);
 	rlock_report_status(status, key.sql, strlen(key.sql));

@@ -1,0 +1,44 @@
+-- What the semaphore's scripts (semaphore/) share: Redisson's permit-expirable
+-- semaphore, an available count in the string KEYS[1] and the permits
+-- held in the sorted set KEYS[2] ({NAME}:timeout), scored by the end of
+-- their lease in ms.  An owner's permits are the members "<owner>:1" to
+-- "<owner>:<n>", all with one lease.
+--
+-- rlock_now() is Redis's clock in ms (TIME: every rlock instance and
+-- every script call agrees on it).  rlock_owned(timeout, owner) counts
+-- the owner's permits, 1 up until one is missing (at most 1024, the
+-- bound a session's permits on one semaphore have).  rlock_reclaim(now)
+-- returns to the pool the permits whose lease ended (at most 1024 a
+-- call), as Redisson's scripts do when they touch the semaphore, and
+-- returns how many it took back.  rlock_timeout_of(name) is the sorted
+-- set of a semaphore's name (Redisson's suffixName).
+--
+-- Included on one line (see embed-lua): no comment after code here.
+local function rlock_now()
+	local t = redis.call('time')
+	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function rlock_owned(timeout, owner)
+	local n = 0
+	while n < 1024 and redis.call('zscore', timeout, owner .. ':' .. (n + 1)) do
+		n = n + 1
+	end
+	return n
+end
+local function rlock_reclaim(now)
+	local gone = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 1024)
+	if #gone == 0 then
+		return 0
+	end
+	for i = 1, #gone, 256 do
+		redis.call('zrem', KEYS[2], unpack(gone, i, math.min(i + 255, #gone)))
+	end
+	redis.call('incrby', KEYS[1], #gone)
+	return #gone
+end
+local function rlock_timeout_of(name)
+	if string.find(name, '{', 1, true) then
+		return name .. ':timeout'
+	end
+	return '{' .. name .. '}:timeout'
+end

@@ -1,0 +1,40 @@
+-- The semaphore's release: leave the owner holding ARGV[2] permits.
+--
+-- KEYS[1]  the semaphore's available count (NAME)
+-- KEYS[2]  its permits held ({NAME}:timeout)
+-- KEYS[3]  its channel, redisson_sc:{NAME} (not in a Redis Cluster)
+-- ARGV[1]  owner
+-- ARGV[2]  permits to leave
+-- ARGV[3]  lease in ms of those left
+-- ARGV[4]  the publish command, and after it what ../publish.lua says
+--
+-- Returns nil when the owner holds no permit, else the number of permits
+-- given back (0: none, the lease of those left reset).  Permits given
+-- back go to the available count, which is published: Redisson's
+-- waiters, which have no timer, wake only on that message.
+--@include ../publish.lua
+--@include ../permits.lua
+local have = rlock_owned(KEYS[2], ARGV[1])
+if have == 0 then
+	return nil
+end
+local target = tonumber(ARGV[2])
+if target >= have then
+	local deadline = rlock_now() + tonumber(ARGV[3])
+	for i = 1, have do
+		redis.call('zadd', KEYS[2], 'xx', deadline, ARGV[1] .. ':' .. i)
+	end
+	return 0
+end
+for i = target + 1, have do
+	redis.call('zrem', KEYS[2], ARGV[1] .. ':' .. i)
+end
+if target > 0 then
+	local deadline = rlock_now() + tonumber(ARGV[3])
+	for i = 1, target do
+		redis.call('zadd', KEYS[2], 'xx', deadline, ARGV[1] .. ':' .. i)
+	end
+end
+local count = redis.call('incrby', KEYS[1], have - target)
+rlock_publish(3, 4, tostring(count))
+return have - target
