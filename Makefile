@@ -32,7 +32,8 @@ endif
 
 EXTENSION = rlock
 DATA = rlock--1.0.sql rlock--1.0--1.1.sql rlock--1.1--1.2.sql rlock--1.2--1.3.sql \
-	rlock--1.3--1.4.sql rlock--1.4--1.5.sql rlock--1.5--1.6.sql
+	rlock--1.3--1.4.sql rlock--1.4--1.5.sql rlock--1.5--1.6.sql \
+	rlock--1.6--1.7.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
 EXTRA_CLEAN = $(LUA_HEADERS) $(KINDS_STAMP) $(wildcard test/kinds/*/scripts.h \
 	test/kinds/*/*.o test/kinds/*/*.bc)
@@ -69,7 +70,7 @@ endif
 
 # Suites for "make installcheck".  They need a Redis server and a config
 # file naming it (test/out/rlock.conf): test/harness/run-tests provides both.
-REGRESS = api errors scopes savepoints procedures tokens views shared fair
+REGRESS = api errors scopes savepoints procedures tokens views shared fair sets
 REGRESS_OPTS = --temp-instance=./tmp_regress \
 	--temp-config=./test/out/rlock.conf
 ISOLATION = blocking wakeup commit_visible abort_release session_xact deadlock shared_matrix

@@ -311,6 +311,11 @@ FROM pg_proc WHERE proname = 'rlock_locks';
 SELECT key, state, kind, mode FROM rlock_locks WHERE key = 'err:kind';
 SELECT has_table_privilege('err_monitor', 'rlock_locks', 'SELECT') AS monitor_sees_locks_1_6,
        has_table_privilege('public', 'rlock_locks', 'SELECT') AS public_sees_locks_1_6;
+-- 1.7's sets: taken by the roles granted them, given back by anyone
+ALTER EXTENSION rlock UPDATE TO '1.7';
+SELECT extversion FROM pg_extension WHERE extname = 'rlock';
+SELECT has_function_privilege('public', 'rlock_try_set(text[], interval, interval, text[])', 'EXECUTE') AS public_may_take_sets,
+       has_function_privilege('public', 'rlock_release_set(text[], text[])', 'EXECUTE') AS public_may_release_sets;
 SELECT rlock_session_release('err:kind');
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
@@ -358,7 +363,7 @@ ALTER EXTENSION rlock UPDATE TO '1.2';
 GRANT SELECT ON rlock_stats TO err_reader WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rlock_stats() TO err_reader;
 GRANT SELECT ON rlock_locks TO err_reader;
-ALTER EXTENSION rlock UPDATE TO '1.6';
+ALTER EXTENSION rlock UPDATE TO '1.7';
 SELECT * FROM err_initacl_wrong ORDER BY 2, 3::text;
 -- (no records before PostgreSQL 17)
 SELECT count(*) > 0 OR current_setting('server_version_num')::int < 170000
