@@ -311,10 +311,14 @@ FROM pg_proc WHERE proname = 'rlock_locks';
 SELECT key, state, kind, mode FROM rlock_locks WHERE key = 'err:kind';
 SELECT has_table_privilege('err_monitor', 'rlock_locks', 'SELECT') AS monitor_sees_locks_1_6,
        has_table_privilege('public', 'rlock_locks', 'SELECT') AS public_sees_locks_1_6;
--- 1.7's semaphores: their taking functions are not PUBLIC's either
+-- 1.7's semaphores and sets: taken by the roles granted them, given
+-- back by anyone
 ALTER EXTENSION rlock UPDATE TO '1.7';
+SELECT extversion FROM pg_extension WHERE extname = 'rlock';
 SELECT has_function_privilege('public', 'rlock_try_permits(text, integer, interval, interval)', 'EXECUTE') AS public_takes_permits,
        has_function_privilege('public', 'rlock_release_permits(text, integer)', 'EXECUTE') AS public_gives_back_permits;
+SELECT has_function_privilege('public', 'rlock_try_set(text[], interval, interval, text[])', 'EXECUTE') AS public_may_take_sets,
+       has_function_privilege('public', 'rlock_release_set(text[], text[])', 'EXECUTE') AS public_may_release_sets;
 SELECT rlock_session_release('err:kind');
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;

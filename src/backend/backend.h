@@ -34,7 +34,9 @@ extern void rlock_check_not_parallel(void);
 extern const char *rlock_prefix(void);
 extern bool rlock_check_key_prefix(char **newval, void **extra,
 								   GucSource source);
+extern void rlock_check_key_call(void);
 extern void rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key);
+extern void rlock_text_key(text *t, RlockKey *key);
 extern int64 rlock_arg_interval_us(FunctionCallInfo fcinfo, int argno,
 								   const char *what, bool null_ok,
 								   bool zero_ok);
@@ -66,6 +68,8 @@ extern int	rlock_held_scope(RlockKind kind, int mode, const char *key,
 							 int keylen, bool session);
 extern int64 rlock_held_token(RlockKind kind, int mode, const char *key,
 							  int keylen);
+extern bool rlock_release_nowait(RlockKind kind, int mode, const char *key,
+								 int keylen, bool session);
 
 /* xact.c: the transaction's end */
 extern void rlock_xact_callback_first(void);
@@ -89,6 +93,7 @@ extern RlockStatus rlock_request(const RlockRequest *req, int64 *value);
 extern void rlock_abandon_request(void);
 extern const char *rlock_last_detail(void);
 /* calls.c: the bodies of the kinds' functions that take and give back */
+extern void rlock_call_check(RlockKind kind, int mode, const RlockKey *key);
 extern bool rlock_call_take(FunctionCallInfo fcinfo, RlockKind kind,
 							int mode, bool session, bool bounded,
 							bool want_token, int64 *token);

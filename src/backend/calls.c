@@ -44,9 +44,10 @@ calls_held_in(RlockKind kind, const RlockKey *key)
 
 /*
  * May this session take "key" in "kind" and "mode" with what it holds?
+ * Raises if not.
  */
-static void
-calls_check(RlockKind kind, int mode, const RlockKey *key)
+void
+rlock_call_check(RlockKind kind, int mode, const RlockKey *key)
 {
 	RlockKind	other;
 
@@ -102,7 +103,7 @@ rlock_call_take(FunctionCallInfo fcinfo, RlockKind kind, int mode,
 		lease_ms = rlock_arg_lease_ms(fcinfo, 1);
 	}
 
-	calls_check(kind, mode, &key);
+	rlock_call_check(kind, mode, &key);
 	status = rlock_acquire(kind, mode, key.redis, key.len, session, 1,
 						   wait_until, lease_ms, !bounded, want_token, token);
 	rlock_report_status(status, key.sql, strlen(key.sql));

@@ -132,28 +132,43 @@ rlock_check_not_parallel(void)
 }
 
 /*
+ * The checks every function that names keys makes first: without
+ * preloading not even the settings exist.
+ */
+void
+rlock_check_key_call(void)
+{
+	rlock_check_loaded();
+	rlock_check_not_parallel();
+	rlock_check_prefix_unchanged();
+}
+
+/*
  * Check the key argument and build its Redis form.
  */
 void
 rlock_arg_key(FunctionCallInfo fcinfo, int argno, RlockKey *key)
 {
-	text	   *t;
-	int			len;
-	char	   *utf8;
-	int			utf8len;
-	int			prefixlen;
-
-	/* first: without preloading, not even the settings exist */
-	rlock_check_loaded();
-	rlock_check_not_parallel();
-	rlock_check_prefix_unchanged();
-	prefixlen = strlen(rlock_prefix());
-
+	rlock_check_key_call();
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("lock key must not be null")));
-	t = PG_GETARG_TEXT_PP(argno);
+	rlock_text_key(PG_GETARG_TEXT_PP(argno), key);
+}
+
+/*
+ * Check a key given as text (not null) and build its Redis form, after
+ * rlock_check_key_call().
+ */
+void
+rlock_text_key(text *t, RlockKey *key)
+{
+	int			len;
+	char	   *utf8;
+	int			utf8len;
+	int			prefixlen = strlen(rlock_prefix());
+
 	len = VARSIZE_ANY_EXHDR(t);
 	if (len == 0)
 		ereport(ERROR,

@@ -819,6 +819,29 @@ rlock_release_holds(RlockKind kind, int mode, const char *key, int keylen,
 }
 
 /*
+ * Give back the newest hold of one scope on a key in a kind and mode
+ * without waiting for Redis: for a caller that takes back what it has
+ * just taken, in its error path too.  The worker sends the release ahead
+ * of this session's next request.  False when the session has no such
+ * hold.  Never raises, never waits.
+ */
+bool
+rlock_release_nowait(RlockKind kind, int mode, const char *key, int keylen,
+					 bool session)
+{
+	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
+	int32		n;
+
+	if (lh == NULL)
+		return false;
+	n = rlock_local_remove_holds(lh, session, InvalidSubTransactionId, 1);
+	rlock_local_give_back(lh, n);
+	if (n > 0)
+		rlock_wake_worker();
+	return n > 0;
+}
+
+/*
  * Release every session-scoped hold and wait until Redis has processed the
  * releases.  Returns the number of holds released.
  */

@@ -73,7 +73,7 @@ my $not_public = q{
 	WHERE NOT has_function_privilege('other', p.oid, 'EXECUTE')
 	  AND p.proname NOT IN ('rlock_force_release', 'rlock_holder', 'rlock_stats_reset')};
 my $lockers = $node->safe_psql('shop', $not_public);
-is(scalar(() = $lockers =~ /\(/g), 14, "fourteen functions take locks: $lockers");
+is(scalar(() = $lockers =~ /\(/g), 24, "twenty-four functions take locks or permits: $lockers");
 is($node->safe_psql('shop', "$not_public AND NOT has_function_privilege('app', p.oid, 'EXECUTE')"),
 	'', 'app may run every one of them');
 for my $db ('shop', 'billing')
@@ -85,12 +85,18 @@ for my $db ('shop', 'billing')
 		"rlock_try_shared('$db:g')", "rlock_lock_shared('$db:h')",
 		"rlock_session_try_shared('$db:i')", "rlock_session_lock_shared('$db:j')",
 		"rlock_try_fair('$db:k')", "rlock_lock_fair('$db:l')",
-		"rlock_session_try_fair('$db:m')", "rlock_session_lock_fair('$db:n')");
+		"rlock_session_try_fair('$db:m')", "rlock_session_lock_fair('$db:n')",
+		"rlock_try_set('{$db:o,$db:p}')", "rlock_lock_set('{$db:q}')",
+		"rlock_session_try_set('{$db:r}')", "rlock_session_lock_set('{$db:s}')",
+		"rlock_set_permits('$db:t', 10)", "rlock_add_permits('$db:t', 1)",
+		"rlock_try_permits('$db:t')", "rlock_acquire_permits('$db:t')",
+		"rlock_session_try_permits('$db:t')", "rlock_session_acquire_permits('$db:t')");
 	($rc, $out, $err) = $node->psql($db,
 		"BEGIN;\n" . join(";\n", @calls) . ";\nSELECT rlock_release_all();\nCOMMIT;",
 		extra_params => [ '-U', 'app' ], on_error_stop => 1);
 	is($rc, 0, "in $db, app takes a lock with each function") or diag($err);
-	is($out, "t\n\nt\nt\n\nt\nt\n\nt\n\nt\n\nt\n\n7", "in $db, each call took its lock");
+	is($out, "t\n\nt\nt\n\nt\nt\n\nt\n\nt\n\nt\n\nt\n\nt\n\nt\n11\nt\n\nt\n\n11",
+		"in $db, each call took its lock or permit");
 }
 ($rc, $out, $err) = $node->psql('shop', "SELECT rlock_try('inst:a')",
 	extra_params => [ '-U', 'other' ]);
