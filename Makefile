@@ -71,7 +71,7 @@ endif
 # Suites for "make installcheck".  They need a Redis server and a config
 # file naming it (test/out/rlock.conf): test/harness/run-tests provides both.
 REGRESS = api errors scopes savepoints procedures tokens views shared fair \
-	semaphores sets
+	semaphores sets latches
 REGRESS_OPTS = --temp-instance=./tmp_regress \
 	--temp-config=./test/out/rlock.conf
 ISOLATION = blocking wakeup commit_visible abort_release session_xact deadlock shared_matrix

@@ -119,3 +119,35 @@ CREATE FUNCTION rlock_session_release_set(keys text[],
 RETURNS integer
 AS 'MODULE_PATHNAME', 'rlock_session_release_set'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Count-down latches: Redisson's (getCountDownLatch).  Anyone may read
+-- and wait; setting, counting down and deleting are for the roles a
+-- superuser grants them to.
+CREATE FUNCTION rlock_latch_set(name text, count bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_latch_set'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_latch_count_down(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rlock_latch_count_down'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_latch_delete(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_latch_delete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION rlock_latch_set(text, bigint),
+    rlock_latch_count_down(text),
+    rlock_latch_delete(text) FROM PUBLIC;
+
+CREATE FUNCTION rlock_latch_count(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'rlock_latch_count'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION rlock_latch_wait(name text, wait interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'rlock_latch_wait'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;

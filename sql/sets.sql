@@ -144,5 +144,5 @@ SELECT count(*) FROM st_holds;
 -- giving them back is for everyone
 SELECT p.oid::regprocedure AS function,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_may
-FROM pg_proc p WHERE p.proname LIKE 'rlock%\_set'
+FROM pg_proc p WHERE p.proname ~ '^rlock_(session_)?(try|lock|release)_set$'
 ORDER BY p.oid::regprocedure::text COLLATE "C";

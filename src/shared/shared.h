@@ -68,7 +68,8 @@ typedef enum RlockOp
 	X(PLAIN, plain)				/* Redisson RLock: reentrant exclusive, and
 								 * its read lock (the shared mode) */ \
 	X(FAIR, fair)				/* Redisson fair lock: exclusive, FIFO */ \
-	X(SEMAPHORE, semaphore)		/* Redisson permit-expirable semaphore */
+	X(SEMAPHORE, semaphore)		/* Redisson permit-expirable semaphore */ \
+	X(LATCH, latch)				/* Redisson count-down latch */
 
 /*
  * The kinds whose lock is the hash of Redisson's lock family at the key

@@ -220,8 +220,14 @@ worker_join_line(WorkerReq *req)
 	TimestampTz retry_at;
 	int			blocker;
 
-	/* waiters of a kind that queues in Redis form no line here */
-	if (rlock_kinds[h->kind]->waiter_channel != NULL)
+	/*
+	 * Waiters of a kind that queues in Redis form no line here, nor do
+	 * those of a kind whose releases hand nothing to a line (a semaphore:
+	 * a waiter for fewer permits than the one ahead of it may get them
+	 * now, and every waiter tries when told)
+	 */
+	if (rlock_kinds[h->kind]->waiter_channel != NULL ||
+		rlock_kinds[h->kind]->hand_off(0) == 0)
 		return false;
 	busy_until = rlock_waiters_line(h->kind, h->key, h->keylen, &blocker);
 	now = GetCurrentTimestamp();

@@ -73,7 +73,8 @@ my $not_public = q{
 	WHERE NOT has_function_privilege('other', p.oid, 'EXECUTE')
 	  AND p.proname NOT IN ('rlock_force_release', 'rlock_holder', 'rlock_stats_reset')};
 my $lockers = $node->safe_psql('shop', $not_public);
-is(scalar(() = $lockers =~ /\(/g), 24, "twenty-four functions take locks or permits: $lockers");
+is(scalar(() = $lockers =~ /\(/g), 27,
+	"twenty-seven functions take locks or permits or change a latch: $lockers");
 is($node->safe_psql('shop', "$not_public AND NOT has_function_privilege('app', p.oid, 'EXECUTE')"),
 	'', 'app may run every one of them');
 for my $db ('shop', 'billing')
@@ -90,12 +91,14 @@ for my $db ('shop', 'billing')
 		"rlock_session_try_set('{$db:r}')", "rlock_session_lock_set('{$db:s}')",
 		"rlock_set_permits('$db:t', 10)", "rlock_add_permits('$db:t', 1)",
 		"rlock_try_permits('$db:t')", "rlock_acquire_permits('$db:t')",
-		"rlock_session_try_permits('$db:t')", "rlock_session_acquire_permits('$db:t')");
+		"rlock_session_try_permits('$db:t')", "rlock_session_acquire_permits('$db:t')",
+		"rlock_latch_set('$db:u', 2)", "rlock_latch_count_down('$db:u')",
+		"rlock_latch_delete('$db:u')");
 	($rc, $out, $err) = $node->psql($db,
 		"BEGIN;\n" . join(";\n", @calls) . ";\nSELECT rlock_release_all();\nCOMMIT;",
 		extra_params => [ '-U', 'app' ], on_error_stop => 1);
 	is($rc, 0, "in $db, app takes a lock with each function") or diag($err);
-	is($out, "t\n\nt\nt\n\nt\nt\n\nt\n\nt\n\nt\n\nt\n\nt\n\nt\n11\nt\n\nt\n\n11",
+	is($out, "t\n\nt\nt\n\nt\nt\n\nt\n\nt\n\nt\n\nt\n\nt\n\nt\n11\nt\n\nt\n\nt\n1\nt\n11",
 		"in $db, each call took its lock or permit");
 }
 ($rc, $out, $err) = $node->psql('shop', "SELECT rlock_try('inst:a')",

@@ -100,6 +100,24 @@ sub redis_ms
 	$_->quit for ($h, @w);
 }
 
+#---- a waiter for many permits does not hold back one for fewer ----
+{
+	sql("SELECT rlock_set_permits('sem:e', 2)");
+	my $h = RlockTest::session($na);
+	$h->query_safe("SELECT rlock_session_try_permits('sem:e')");
+	my $big = RlockTest::session($na);
+	RlockTest::send_query($big, "SELECT rlock_try_permits('sem:e', 2, '20 s');");
+	ok(RlockTest::waiting_in_sql($na, 'sem:e'), 'a waiter for 2 permits, 1 available');
+	my ($rc, $out, $err, $took) = RlockTest::timed_psql($na,
+		"SELECT rlock_try_permits('sem:e', 1, '5 s')");
+	is($out, 't', 'a later call for 1 permit on the same instance gets it');
+	cmp_ok($took, '<', 1, "at once ($took s): no line of waiters forms ahead of it");
+	$h->query_safe("SELECT rlock_session_release_permits('sem:e')");
+	my ($o) = RlockTest::collect($big);
+	is($o, 't', 'the release wakes the waiter for 2');
+	$_->quit for ($h, $big);
+}
+
 #---- the watchdog; a lease that runs out ----
 {
 	sql("SELECT rlock_set_permits('sem:c', 1)");
