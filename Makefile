@@ -74,7 +74,8 @@ REGRESS = api errors scopes savepoints procedures tokens views shared fair \
 	semaphores sets latches
 REGRESS_OPTS = --temp-instance=./tmp_regress \
 	--temp-config=./test/out/rlock.conf
-ISOLATION = blocking wakeup commit_visible abort_release session_xact deadlock shared_matrix
+ISOLATION = blocking wakeup commit_visible abort_release session_xact deadlock shared_matrix \
+	permits
 ISOLATION_OPTS = --temp-instance=./tmp_iso \
 	--temp-config=./test/out/rlock.conf
 TAP_TESTS = 1
