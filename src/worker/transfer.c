@@ -154,8 +154,10 @@ transfer_cmd(RlockConn *conn, int from_index, int hold, int32 target,
 	from.mode = h->mode;
 	from.waited = false;
 	from.queue_ms = 0;
+	from.held = 0;
 	to = from;
 	to.owner_id = rlock_hold(hold)->owner_id;
+	to.held = (target - rlock_hold(hold)->adding) * kind->step;
 
 	wc = worker_cmd_new(WORKER_CMD_TRANSFER);
 	wc->from_hold = from_index;

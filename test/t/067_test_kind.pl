@@ -35,6 +35,10 @@ $node->safe_psql('postgres', qq{
 	  AS 'rlock', 'rlock_test_ticket_force' LANGUAGE C;
 	CREATE FUNCTION ticket_holder(text) RETURNS text
 	  AS 'rlock', 'rlock_test_ticket_holder' LANGUAGE C;
+	CREATE FUNCTION ticket_take(text, integer, boolean) RETURNS boolean
+	  AS 'rlock', 'rlock_test_ticket_take' LANGUAGE C;
+	CREATE FUNCTION ticket_give(text, integer, boolean) RETURNS boolean
+	  AS 'rlock', 'rlock_test_ticket_give' LANGUAGE C;
 });
 
 my $obs = $node->background_psql('postgres');
@@ -150,6 +154,33 @@ is($s2->query_safe("SELECT rlock_session_release('tk:f')"), 't',
 	'the plain lock is released, held');
 is($s2->query_safe("SELECT ticket_release('tk:f', true)"), 'f',
 	'the ticket finds nothing in Redis');
+# -- holds of an amount (as a semaphore's permits) ------------------------------
+
+{
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	is($s->query_safe("SELECT ticket_take('tk:n', 3, true)"), 't', 'a hold of amount 3');
+	my $o = look("SELECT owner FROM rlock_locks WHERE key = 'tk:n'");
+	is(ticket('tk:n'), "$o 6", 'Redis holds 3 steps');
+	$s->query_safe("BEGIN; SELECT ticket_take('tk:n', 2, false)");
+	is(ticket('tk:n'), "$o 10", 'one of 2 more, in a transaction: 5 steps');
+	is(look("SELECT string_agg(scope || ' ' || count, ',' ORDER BY scope) FROM rlock_locks WHERE key = 'tk:n'"),
+		'session 3,transaction 2', 'rlock_locks counts each scope\'s amount');
+	$s->query_safe("SAVEPOINT p; SELECT ticket_take('tk:n', 4, false)");
+	is(ticket('tk:n'), "$o 18", 'and 4 in a savepoint: 9 steps');
+	$s->query_safe('ROLLBACK TO SAVEPOINT p; SELECT 1');
+	ok(RlockTest::wait_until(sub { ticket('tk:n') eq "$o 10" }, 5),
+		'the rolled back savepoint gives back its 4');
+	$s->query_safe('COMMIT');
+	ok(RlockTest::wait_until(sub { ticket('tk:n') eq "$o 6" }, 5),
+		'the commit its 2');
+	is($s->query_safe("SELECT ticket_give('tk:n', 2, true)"), 't', '2 of the session\'s 3 given back');
+	is(ticket('tk:n'), "$o 2", 'one step left');
+	is($s->query_safe("SELECT ticket_held('tk:n')"), '1', 'the session counts 1');
+	is($s->query_safe("SELECT ticket_give('tk:n', 1, true)"), 't', 'the last one');
+	is(ticket('tk:n'), '', 'the ticket is gone');
+	$s->quit;
+}
+
 $s2->quit;
 $s1->quit;
 ok(RlockTest::wait_until(sub { look('SELECT locks_in_use FROM rlock_status()') == 0 }, 10),

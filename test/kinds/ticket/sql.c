@@ -16,6 +16,7 @@
 
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "backend/backend.h"
 
@@ -25,6 +26,8 @@ PG_FUNCTION_INFO_V1(rlock_test_ticket_held);
 PG_FUNCTION_INFO_V1(rlock_test_ticket_is_locked);
 PG_FUNCTION_INFO_V1(rlock_test_ticket_force);
 PG_FUNCTION_INFO_V1(rlock_test_ticket_holder);
+PG_FUNCTION_INFO_V1(rlock_test_ticket_take);
+PG_FUNCTION_INFO_V1(rlock_test_ticket_give);
 
 /*
  * rlock_test_ticket_try(key text, wait interval, session boolean)
@@ -111,4 +114,45 @@ rlock_test_ticket_holder(PG_FUNCTION_ARGS)
 		if (*c == '\n')
 			*c = '|';
 	PG_RETURN_TEXT_P(cstring_to_text(text));
+}
+
+/*
+ * rlock_test_ticket_take(key text, amount integer, session boolean): one
+ * hold of "amount" without waiting, as a semaphore's permits are taken
+ */
+Datum
+rlock_test_ticket_take(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+	RlockStatus status;
+	int64		token;
+
+	rlock_arg_key(fcinfo, 0, &key);
+	status = rlock_acquire(RLOCK_KIND_TICKET, 0, key.redis, key.len,
+						   PG_GETARG_BOOL(2), PG_GETARG_INT32(1),
+						   GetCurrentTimestamp(), 0, false, false, &token);
+	rlock_report_status(status, key.sql, strlen(key.sql));
+	PG_RETURN_BOOL(status == RLOCK_STATUS_OK);
+}
+
+/*
+ * rlock_test_ticket_give(key text, amount integer, session boolean): give
+ * back "amount" of one scope's holds, the newest first; false when the
+ * scope holds none
+ */
+Datum
+rlock_test_ticket_give(PG_FUNCTION_ARGS)
+{
+	RlockKey	key;
+	RlockStatus status;
+	bool		found;
+
+	rlock_arg_key(fcinfo, 0, &key);
+	status = rlock_release_holds(RLOCK_KIND_TICKET, 0, key.redis, key.len,
+								 PG_GETARG_BOOL(2), PG_GETARG_INT32(1),
+								 &found);
+	if (!found || status == RLOCK_STATUS_NOT_HELD)
+		PG_RETURN_BOOL(false);
+	rlock_report_status(status, key.sql, strlen(key.sql));
+	PG_RETURN_BOOL(true);
 }

@@ -99,7 +99,7 @@ ticket_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 	rlock_args_int(args, lease_ms);
 	rlock_kind_owner(args, hold);
 	rlock_args_int(args, amount);
-	rlock_args_int(args, TICKET_STEP);
+	rlock_args_int(args, hold->held);
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
 	cmd->nelements = 2;
 }
