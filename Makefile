@@ -207,7 +207,7 @@ deb: debian/changelog
 # the tests against the real Redisson (Java), node-redisson, HikariCP and
 # Spring only
 interop:
-	RLOCK_TAP="034 035 036 039 045 050 058 078 081 083" test/harness/run-tests
+	RLOCK_TAP="034 035 036 039 045 050 058 078 081 083 090 091 093 097" test/harness/run-tests
 
 demo:
 	test/demo/run-demo

@@ -287,6 +287,27 @@ sub overlapping_spans
 		WHERE overlap});
 }
 
+# The most of the half-open intervals [start, end) (array refs, numbers
+# of one unit) open at one instant; an interval that ends where another
+# begins does not overlap it.
+sub most_at_once
+{
+	my @ev;
+	for (@_)
+	{
+		push @ev, [ $_->[0], 1 ], [ $_->[1], -1 ];
+	}
+	# at one instant, ends before starts
+	@ev = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] } @ev;
+	my ($open, $most) = (0, 0);
+	for (@ev)
+	{
+		$open += $_->[1];
+		$most = $open if $open > $most;
+	}
+	return $most;
+}
+
 # Guarded load: pgbench clients on several instances take lock $key in
 # every transaction and, when they got it, run a short critical section.
 # Each section is a row of table spans (node, s, e) when its transaction

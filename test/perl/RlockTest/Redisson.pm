@@ -301,6 +301,24 @@ sub call
 	return $r->{value};
 }
 
+# The answer of the driver's "semstress" order, unpacked: the number of
+# intervals, of waits that ran out, and the intervals, [start, end] in
+# epoch microseconds each, by start.
+sub stress_intervals
+{
+	my ($value) = @_;
+	my ($n, $timeouts, $base, $list) = split ' ', $value;
+	die "not a semstress answer: $value" unless defined $list;
+	my @iv;
+	for (split /,/, $list eq '-' ? '' : $list)
+	{
+		my ($s, $len) = /^(\d+)\+(\d+)$/ or die "bad interval $_";
+		push @iv, [ $base + $s, $base + $s + $len ];
+	}
+	die "semstress said $n intervals, sent " . scalar(@iv) unless $n == @iv;
+	return ($n, $timeouts, \@iv);
+}
+
 sub stop
 {
 	my ($self) = @_;

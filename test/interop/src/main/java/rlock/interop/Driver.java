@@ -34,8 +34,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 
 import org.redisson.Redisson;
+import org.redisson.api.RCountDownLatch;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
+import org.redisson.api.RPermitExpirableSemaphore;
 import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
@@ -215,7 +217,12 @@ public final class Driver
 												   k -> client(actor).getFencedLock(key));
 	}
 
-	/* "sem.<op>": an RSemaphore named a[0] */
+	/*
+	 * "sem.<op>": an RSemaphore named a[0].  trysetpermits n; acquire [n]
+	 * (waits without a bound, as Redisson's acquire does); tryacquire
+	 * waitMs, or tryacquire n waitMs; release [n]; available; addpermits
+	 * delta.
+	 */
 	private Object semaphore(String actor, String op, String[] a) throws Exception
 	{
 		RSemaphore sem = client(actor).getSemaphore(a[0]);
@@ -224,15 +231,145 @@ public final class Driver
 		{
 			case "trysetpermits":
 				return sem.trySetPermits(Integer.parseInt(a[1]));
+			case "acquire":
+				sem.acquire(a.length > 1 ? Integer.parseInt(a[1]) : 1);
+				return "done";
 			case "tryacquire":
+				if (a.length > 2)
+					return sem.tryAcquire(Integer.parseInt(a[1]), Long.parseLong(a[2]),
+										  TimeUnit.MILLISECONDS);
 				return sem.tryAcquire(Long.parseLong(a[1]), TimeUnit.MILLISECONDS);
 			case "release":
-				sem.release();
+				sem.release(a.length > 1 ? Integer.parseInt(a[1]) : 1);
 				return "done";
 			case "available":
 				return sem.availablePermits();
+			case "addpermits":
+				sem.addPermits(Integer.parseInt(a[1]));
+				return "done";
 			default:
 				throw new IllegalArgumentException("unknown order sem." + op);
+		}
+	}
+
+	/*
+	 * Permit ids as the answer of an order: comma separated, or "false"
+	 * when there are none (a try that gave up).
+	 */
+	private static String permitIds(List<String> ids)
+	{
+		if (ids == null || ids.isEmpty())
+			return "false";
+		return String.join(",", ids);
+	}
+
+	/*
+	 * "pes.<op>": an RPermitExpirableSemaphore named a[0].  A lease of 0
+	 * ms or less means none: the permit never expires.
+	 *
+	 *	trysetpermits n
+	 *	acquire [n [leaseMs]]		waits without a bound; answers the ids
+	 *	tryacquire n waitMs leaseMs	the ids, or "false"
+	 *	release id[,id...]			Redisson's release: throws for an id
+	 *								that is gone
+	 *	tryrelease id				true or false
+	 *	available					availablePermits (which reclaims
+	 *								expired permits first)
+	 *	acquired					acquiredPermits
+	 *	addpermits delta
+	 *	updatelease id leaseMs		true or false
+	 *
+	 * The single-permit calls are used for one permit, so that Redisson
+	 * 3.23's single-id scripts are what runs there too.
+	 */
+	private Object permitSemaphore(String actor, String op, String[] a) throws Exception
+	{
+		RPermitExpirableSemaphore sem =
+			client(actor).getPermitExpirableSemaphore(a[0]);
+		TimeUnit ms = TimeUnit.MILLISECONDS;
+
+		switch (op)
+		{
+			case "trysetpermits":
+				return sem.trySetPermits(Integer.parseInt(a[1]));
+			case "acquire":
+				{
+					int n = a.length > 1 ? Integer.parseInt(a[1]) : 1;
+					long lease = a.length > 2 ? Long.parseLong(a[2]) : 0;
+
+					if (n == 1)
+						return lease > 0 ? sem.acquire(lease, ms) : sem.acquire();
+					return permitIds(lease > 0 ? sem.acquire(n, lease, ms)
+									 : sem.acquire(n));
+				}
+			case "tryacquire":
+				{
+					int n = Integer.parseInt(a[1]);
+					long wait = Long.parseLong(a[2]);
+					long lease = Long.parseLong(a[3]);
+
+					if (n == 1)
+					{
+						String id = lease > 0 ? sem.tryAcquire(wait, lease, ms)
+							: sem.tryAcquire(wait, ms);
+
+						return id == null ? "false" : id;
+					}
+					return permitIds(sem.tryAcquire(n, wait, lease > 0 ? lease : -1, ms));
+				}
+			case "release":
+				{
+					List<String> ids = List.of(a[1].split(","));
+
+					if (ids.size() == 1)
+						sem.release(ids.get(0));
+					else
+						sem.release(ids);
+					return "done";
+				}
+			case "tryrelease":
+				return sem.tryRelease(a[1]);
+			case "available":
+				return sem.availablePermits();
+			case "acquired":
+				return sem.acquiredPermits();
+			case "addpermits":
+				sem.addPermits(Integer.parseInt(a[1]));
+				return "done";
+			case "updatelease":
+				return sem.updateLeaseTime(a[1], Long.parseLong(a[2]), ms);
+			default:
+				throw new IllegalArgumentException("unknown order pes." + op);
+		}
+	}
+
+	/*
+	 * "latch.<op>": an RCountDownLatch named a[0].  trysetcount n;
+	 * countdown; count; await [ms] (without ms Redisson's await() with no
+	 * bound, answering "done"; with ms true or false); delete.
+	 */
+	private Object latch(String actor, String op, String[] a) throws Exception
+	{
+		RCountDownLatch latch = client(actor).getCountDownLatch(a[0]);
+
+		switch (op)
+		{
+			case "trysetcount":
+				return latch.trySetCount(Long.parseLong(a[1]));
+			case "countdown":
+				latch.countDown();
+				return "done";
+			case "count":
+				return latch.getCount();
+			case "await":
+				if (a.length > 1)
+					return latch.await(Long.parseLong(a[1]), TimeUnit.MILLISECONDS);
+				latch.await();
+				return "done";
+			case "delete":
+				return latch.delete();
+			default:
+				throw new IllegalArgumentException("unknown order latch." + op);
 		}
 	}
 
@@ -240,6 +377,10 @@ public final class Driver
 	{
 		if (op.startsWith("sem."))
 			return semaphore(actor, op.substring(4), a);
+		if (op.startsWith("pes."))
+			return permitSemaphore(actor, op.substring(4), a);
+		if (op.startsWith("latch."))
+			return latch(actor, op.substring(6), a);
 		/* "<kind>.<op>": the same on another kind of lock (see lock()) */
 		if (op.contains("."))
 		{
@@ -249,7 +390,10 @@ public final class Driver
 			switch (op.substring(op.indexOf('.') + 1))
 			{
 				case "lock":
-					l.lock();
+					if (a.length > 1)
+						l.lock(Long.parseLong(a[1]), TimeUnit.MILLISECONDS);
+					else
+						l.lock();
 					return "done";
 				case "trylock":
 					if (a.length > 2)
@@ -323,9 +467,119 @@ public final class Driver
 			case "contend":
 				return contend(actor, a[0], Integer.parseInt(a[1]),
 							   Long.parseLong(a[2]), Long.parseLong(a[3]));
+			case "semstress":
+				return semstress(actor, a[0], Integer.parseInt(a[1]),
+								 Long.parseLong(a[2]), Long.parseLong(a[3]));
 			default:
 				throw new IllegalArgumentException("unknown order " + op);
 		}
+	}
+
+	/* The wall clock in epoch microseconds, as Orders stamps its answers */
+	private static long epochMicros()
+	{
+		java.time.Instant t = java.time.Instant.now();
+
+		return t.getEpochSecond() * 1_000_000L + t.getNano() / 1000;
+	}
+
+	/*
+	 * threads threads of the actor's client share the permit-expirable
+	 * semaphore key for ms milliseconds: each loops over taking one permit
+	 * (with a lease of leaseMs, none if 0 or less), holding it 0 to 5 ms
+	 * and releasing it, and records the interval it held it.
+	 *
+	 * An interval begins when tryAcquire has returned and ends before
+	 * release is sent, both on the wall clock, so it lies inside the time
+	 * Redis counted the permit as taken: intervals recorded here and by
+	 * SQL sessions on the same host that overlap more than the permits
+	 * allow prove that more were handed out.
+	 *
+	 * A thread waits at most until 10 s past the end for a permit; a wait
+	 * that runs out counts as a timeout and ends the thread.
+	 *
+	 * Answers "<intervals> <timeouts> <base> <list>": base is the first
+	 * interval's start in epoch microseconds, the list "<start>+<length>"
+	 * per interval, comma separated, both in microseconds, start counted
+	 * from base ("-" when there is none).
+	 */
+	private Object semstress(String actor, String key, int threads, long ms,
+							 long leaseMs)
+		throws Exception
+	{
+		List<Thread> workers = new ArrayList<>();
+		List<Throwable> failures = new ArrayList<>();
+		List<long[]> intervals = new ArrayList<>();
+		RedissonClient c = client(actor);
+		long end = System.currentTimeMillis() + ms;
+		java.util.concurrent.atomic.AtomicLong timeouts =
+			new java.util.concurrent.atomic.AtomicLong();
+
+		for (int t = 0; t < threads; t++)
+		{
+			final int seed = t;
+
+			Thread w = new Thread(() -> {
+				RPermitExpirableSemaphore sem = c.getPermitExpirableSemaphore(key);
+				java.util.Random random = new java.util.Random(seed);
+				List<long[]> mine = new ArrayList<>();
+
+				try
+				{
+					long now;
+
+					while ((now = System.currentTimeMillis()) < end)
+					{
+						long wait = end - now + 10000;
+						String id = leaseMs > 0
+							? sem.tryAcquire(wait, leaseMs, TimeUnit.MILLISECONDS)
+							: sem.tryAcquire(wait, TimeUnit.MILLISECONDS);
+
+						if (id == null)
+						{
+							timeouts.incrementAndGet();
+							break;
+						}
+						long s = epochMicros();
+
+						Thread.sleep(random.nextInt(6));
+						mine.add(new long[] {s, epochMicros()});
+						sem.release(id);
+					}
+				}
+				catch (Throwable e)
+				{
+					synchronized (failures)
+					{
+						failures.add(e);
+					}
+				}
+				synchronized (intervals)
+				{
+					intervals.addAll(mine);
+				}
+			});
+			workers.add(w);
+			w.start();
+		}
+		for (Thread w : workers)
+			w.join();
+		if (!failures.isEmpty())
+			throw new RuntimeException(failures.get(0));
+		if (intervals.isEmpty())
+			return "0 " + timeouts.get() + " 0 -";
+		intervals.sort((x, y) -> Long.compare(x[0], y[0]));
+
+		long base = intervals.get(0)[0];
+		StringBuilder list = new StringBuilder();
+
+		for (long[] i : intervals)
+		{
+			if (list.length() > 0)
+				list.append(',');
+			list.append(i[0] - base).append('+').append(i[1] - i[0]);
+		}
+		return intervals.size() + " " + timeouts.get() + " " + base + " " + list;
 	}
 
 	/*
