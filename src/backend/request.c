@@ -138,6 +138,7 @@ rlock_abandon_request(void)
 	bool		notify;
 	bool		granted;
 	int			hold;
+	int32		amount;
 
 	if (!request_active)
 		return;
@@ -151,6 +152,7 @@ rlock_abandon_request(void)
 			   slot->args.op == RLOCK_OP_ACQUIRE &&
 			   slot->status == RLOCK_STATUS_OK);
 	hold = slot->args.hold;
+	amount = slot->args.amount;
 	/* a request the worker holds must be dropped by the worker: tell it */
 	notify = (slot->state == RLOCK_SLOT_TAKEN && !slot->queued);
 	if (notify)
@@ -160,8 +162,9 @@ rlock_abandon_request(void)
 
 	if (notify)
 		rlock_ring_push(-1 - index);
+	/* all the grant added: a semaphore's permits, one hold of a lock */
 	if (granted)
-		rlock_queue_release(hold, 1, -1, false);
+		rlock_queue_release(hold, amount, -1, false);
 	if (notify || granted)
 		rlock_wake_worker();
 }

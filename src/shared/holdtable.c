@@ -495,6 +495,25 @@ rlock_hold_settle(int index, int32 count, bool confirmed)
 	SpinLockRelease(&h->mutex);
 }
 
+/*
+ * What the entry's latest acquire added to its count (its request's
+ * amount: a semaphore's permits, one for a lock).  That much is handed
+ * back when Redis granted it to a request its backend gave up on.
+ */
+int32
+rlock_hold_added(int index)
+{
+	RlockHold  *h = rlock_hold(index);
+	int32		added;
+
+	SpinLockAcquire(&h->mutex);
+	hold_check(h);
+	Assert(!h->acquiring && h->adding > 0 && h->adding <= h->count);
+	added = h->adding;
+	SpinLockRelease(&h->mutex);
+	return added;
+}
+
 /*---- the worker: releases ----*/
 
 /*

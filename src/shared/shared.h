@@ -462,6 +462,7 @@ extern bool rlock_hold_grant(int index, int32 count, TimestampTz expires,
 							 bool confirming, bool lost);
 extern bool rlock_hold_refuse(int index, bool doubt, bool lost);
 extern void rlock_hold_settle(int index, int32 count, bool confirmed);
+extern int32 rlock_hold_added(int index);
 extern bool rlock_hold_dequeue(int index, bool may_send, int32 *target,
 							   int64 *lease_ms);
 extern void rlock_hold_release_unsent(int index);

@@ -32,6 +32,16 @@
 #define RLOCK_NOSCRIPT_RETRIES	2
 
 /*
+ * Redis granted an acquire whose backend gave up on it: hand back all it
+ * added, as many permits as it asked for, not one.
+ */
+static void
+worker_hand_back(int hold)
+{
+	rlock_queue_release(hold, rlock_hold_added(hold), -1, false);
+}
+
+/*
  * The grant an acquisition waits for is settled: answer it, or hand back
  * what Redis granted if its backend gave up.
  */
@@ -42,7 +52,7 @@ worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value)
 
 	if (req == NULL)
 	{
-		rlock_queue_release(wc->hold, 1, -1, false);
+		worker_hand_back(wc->hold);
 		return;
 	}
 	worker_note_answered(req);
@@ -55,7 +65,7 @@ worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value)
 	if (h->mode == RLOCK_MODE_SHARED)
 		rlock_waiters_shared(h->kind, h->key, h->keylen, h->mode);
 	if (!worker_answer(wc->slot, req->seq, RLOCK_STATUS_OK, value, NULL))
-		rlock_queue_release(wc->hold, 1, -1, false);
+		worker_hand_back(wc->hold);
 	worker_forget(req);
 }
 
@@ -264,7 +274,7 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 	else if (a.result.granted)
 	{
 		/* its backend gave up: hand back what Redis granted */
-		rlock_queue_release(wc->hold, 1, -1, false);
+		worker_hand_back(wc->hold);
 	}
 	else
 		rlock_hold_try_free(wc->hold);

@@ -12,6 +12,7 @@ package RlockTest::Redis;
 use strict;
 use warnings;
 
+use File::Path ();
 use File::Temp ();
 use POSIX ();
 use Time::HiRes qw(usleep);
@@ -217,11 +218,19 @@ sub kill9
 	delete $self->{pid};
 }
 
-# Start again on the same port, with no data.
+# Start again on the same port.  A server started without persistence
+# comes back empty; one started with it (--appendonly yes) comes back with
+# what it kept, unless $opt{empty}: then its data files are removed first,
+# as a server whose disk was lost would come back.
 sub restart
 {
-	my ($self) = @_;
+	my ($self, %opt) = @_;
 	$self->stop;
+	if ($opt{empty})
+	{
+		File::Path::remove_tree("$self->{dir}/appendonlydir");
+		unlink("$self->{dir}/dump.rdb", "$self->{dir}/appendonly.aof");
+	}
 	$self->_spawn;
 }
 
