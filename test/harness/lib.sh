@@ -12,7 +12,9 @@ libclang-rt-14-dev"
 # The interoperability tests' Java service: Redisson from Maven Central.
 RLOCK_INTEROP_PACKAGES="openjdk-17-jdk-headless maven"
 
-PG_BINDIR=/usr/lib/postgresql/15/bin
+# PG_BINDIR from the environment picks another PostgreSQL 15 (a private
+# copy that pg_config in PATH installs into)
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 
 log() {
 	printf '%s\n' "== $*" >&2
