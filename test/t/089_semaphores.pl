@@ -144,6 +144,22 @@ sub redis_ms
 	$s->quit;
 }
 
+#---- a release after the lease ran out does not bring the permits back ----
+{
+	sql("SELECT rlock_set_permits('sem:f', 2)");
+	my $s = RlockTest::session($na);
+	$s->query_safe("SELECT rlock_session_try_permits('sem:f', 2, '0', '300 ms')");
+	my $end = (sort { $b <=> $a } values %{ permits('sem:f') })[0];
+	ok(RlockTest::wait_until(sub { redis_ms() > $end + 50 }, 5), 'the lease ran out, nobody reclaimed yet');
+	is($s->query("SELECT rlock_session_release_permits('sem:f', 1)"), 'f',
+		'giving back one of the two finds them gone');
+	like($s->{stderr}, qr/no longer held in Redis/, 'with a warning');
+	$s->{stderr} = '';
+	is(available('sem:f'), '2', 'both are back in the count');
+	is(scalar(keys %{ permits('sem:f') }), 0, 'and none is leased again');
+	$s->quit;
+}
+
 #---- termination gives permits back at once; SIGKILL at the lease's end ----
 {
 	sql("SELECT rlock_set_permits('sem:d', 2)");

@@ -8,19 +8,25 @@
 -- ARGV[3]  lease in ms of those left
 -- ARGV[4]  the publish command, and after it what ../publish.lua says
 --
+-- First gives back the permits whose lease ended, the owner's among them
+-- (a lease that ran out is not renewed by a release: the hold is lost).
 -- Returns nil when the owner holds no permit, else the number of permits
 -- given back (0: none, the lease of those left reset).  Permits given
 -- back go to the available count, which is published: Redisson's
 -- waiters, which have no timer, wake only on that message.
 --@include ../publish.lua
 --@include ../permits.lua
+local now = rlock_now()
+if rlock_reclaim(now) > 0 then
+	rlock_publish(3, 4, redis.call('get', KEYS[1]))
+end
 local have = rlock_owned(KEYS[2], ARGV[1])
 if have == 0 then
 	return nil
 end
 local target = tonumber(ARGV[2])
 if target >= have then
-	local deadline = rlock_now() + tonumber(ARGV[3])
+	local deadline = now + tonumber(ARGV[3])
 	for i = 1, have do
 		redis.call('zadd', KEYS[2], 'xx', deadline, ARGV[1] .. ':' .. i)
 	end
@@ -30,7 +36,7 @@ for i = target + 1, have do
 	redis.call('zrem', KEYS[2], ARGV[1] .. ':' .. i)
 end
 if target > 0 then
-	local deadline = rlock_now() + tonumber(ARGV[3])
+	local deadline = now + tonumber(ARGV[3])
 	for i = 1, target do
 		redis.call('zadd', KEYS[2], 'xx', deadline, ARGV[1] .. ':' .. i)
 	end
