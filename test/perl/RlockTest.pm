@@ -85,6 +85,27 @@ sub node
 	return $node;
 }
 
+# Instances named @names of the Redis Cluster $cluster, its primaries as
+# seeds, with a watchdog of 3 s, each knowing the map of every primary
+# and connected to them; returns them.
+sub cluster_nodes
+{
+	my ($cluster, @names) = @_;
+	my @primaries = $cluster->primaries;
+	my $seeds = join(',', map { '127.0.0.1:' . $_->rlock_port } @primaries);
+	my @conf = (
+		"rlock.topology = 'cluster'",
+		"rlock.nodes = '$seeds'",
+		"rlock.watchdog_timeout = '3s'");
+	my @nodes = map { node($_, $primaries[0], conf => [@conf]) } @names;
+	for my $n (@nodes)
+	{
+		wait_for_cluster_map($n, scalar @primaries)
+		  or die $n->name . ' did not learn the cluster map';
+	}
+	return @nodes;
+}
+
 # Wait (10 s at most) until one request of $node waits for lock $key, as
 # rlock_locks shows; returns whether it did.
 sub waiting_in_sql

@@ -215,14 +215,7 @@ sub round
 	my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 1,
 		node_timeout_ms => 20000);
 	my @primaries = $cluster->primaries;
-	my $seeds = join(',', map { '127.0.0.1:' . $_->rlock_port } @primaries);
-	my @conf = (
-		"rlock.topology = 'cluster'",
-		"rlock.nodes = '$seeds'",
-		"rlock.watchdog_timeout = '3s'");
-	my $na = RlockTest::node('kt_ca', $primaries[0], conf => [@conf]);
-	my $nb = RlockTest::node('kt_cb', $primaries[0], conf => [@conf]);
-	ok(RlockTest::wait_for_cluster_map($_, 3), $_->name . ' learnt the map') for $na, $nb;
+	my ($na, $nb) = RlockTest::cluster_nodes($cluster, 'kt_ca', 'kt_cb');
 	is($na->safe_psql('postgres', 'SELECT cluster_pubsub FROM rlock_status()'), 'sharded',
 		'sharded pub/sub');
 
