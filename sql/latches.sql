@@ -24,10 +24,12 @@ SELECT rlock_latch_count_down('la:a');
 SELECT rlock_latch_set('la:a', 1), rlock_latch_count('la:a');
 SELECT rlock_latch_delete('la:a'), rlock_latch_count('la:a');
 
--- a wait holds nothing, in a transaction either
+-- a wait holds nothing, in a transaction either (its empty "hold" is
+-- given back without waiting for the worker: it may show as releasing
+-- for a moment)
 BEGIN;
 SELECT rlock_latch_wait('la:a', '1 s');
-SELECT count(*) FROM rlock_locks;
+SELECT count(*) FROM rlock_locks WHERE state <> 'releasing';
 COMMIT;
 
 -- bad arguments
