@@ -37,6 +37,9 @@ SELECT rlock_latch_set('la:b', 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rlock_latch_set('la:b', -1);
 \echo :LAST_ERROR_SQLSTATE
+-- beyond 2^53 - 1, which Redis's scripts would round
+SELECT rlock_latch_set('la:b', 9007199254740992);
+\echo :LAST_ERROR_SQLSTATE
 SELECT rlock_latch_set('la:b', NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rlock_latch_set(NULL, 1);

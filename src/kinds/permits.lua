@@ -11,7 +11,11 @@
 -- returns to the pool the permits whose lease ended (at most 1024 a
 -- call), as Redisson's scripts do when they touch the semaphore, and
 -- returns how many it took back.  rlock_timeout_of(name) is the sorted
--- set of a semaphore's name (Redisson's suffixName).
+-- set of a semaphore's name (Redisson's suffixName).  rlock_exact(value)
+-- is a count read from Redis as a Lua number, nil when it is no integer
+-- or one Lua's numbers (doubles) do not hold exactly (2^53 and beyond):
+-- such a number would be rounded, written back rounded and answered as
+-- another.
 --
 -- Included on one line (see embed-lua): no comment after code here.
 local function rlock_now()
@@ -41,4 +45,11 @@ local function rlock_timeout_of(name)
 		return name .. ':timeout'
 	end
 	return '{' .. name .. '}:timeout'
+end
+local function rlock_exact(value)
+	local n = tonumber(value or '0')
+	if n and n == math.floor(n) and math.abs(n) < 9007199254740992 then
+		return n
+	end
+	return nil
 end

@@ -1,0 +1,99 @@
+# Review of semaphores and latches against hostile data in Redis, each
+# case a bug found and fixed:
+#
+# - a semaphore's name holding a string that is not a number: the
+#   available count answered nil, a reply rlock does not accept, and the
+#   worker dropped its connection (every command on it failed with
+#   58030); now the call fails alone with 58000;
+# - counts Lua cannot hold exactly (2^53 and beyond): rlock_add_permits
+#   wrote the count back as a rounded float ("9.2233720368547758e+18",
+#   which Redisson's INCRBY and DECRBY then refuse), and both semaphore
+#   and latch counts came back rounded or as -2^63; now such a count
+#   fails with 58000 and is left as it was, an addition is Redis's own
+#   INCRBY, and rlock_latch_set refuses a count beyond 2^53 - 1 (22023).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use RlockTest;
+use RlockTest::Redis;
+use RlockTest::TLS;
+
+plan skip_all => 'semaphores do not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
+my $redis = RlockTest::Redis->start;
+my $node = RlockTest::node('sem_review', $redis,
+	conf => ["rlock.watchdog_timeout = '1500ms'"]);
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+# ($rc, $out, $err) of $sql, errors verbose
+sub try_sql { return (RlockTest::timed_psql($node, $_[0]))[ 0 .. 2 ] }
+
+sub sqlstate { my ($rc, $out, $err) = try_sql($_[0]); return $err =~ /ERROR:\s+([0-9A-Z]{5})/ ? $1 : "rc $rc: $out" }
+
+sub reconnects { return sql('SELECT reconnects FROM rlock_stats') }
+
+sub evalsha_calls
+{
+	my ($calls) = $redis->cmd('INFO', 'commandstats') =~ /cmdstat_evalsha:calls=(\d+)/;
+	return $calls // 0;
+}
+
+sub redis_ms
+{
+	my ($s, $us) = @{ $redis->cmd('TIME') };
+	return $s * 1000 + int($us / 1000);
+}
+
+#---- a count that is not a number fails the call, not the connection ----
+{
+	$redis->cmd('SET', 'rev:abc', 'abc');
+	my $before = reconnects();
+	is(sqlstate("SELECT rlock_available_permits('rev:abc')"), '58000',
+		'the available count of a name holding "abc" fails with 58000');
+	is(sqlstate("SELECT rlock_add_permits('rev:abc', 1)"), '58000',
+		'adding to it too');
+	is(reconnects(), $before, 'and the worker kept its connection');
+	is($redis->cmd('GET', 'rev:abc'), 'abc', 'the value is left alone');
+}
+
+#---- counts beyond what Lua holds exactly ----
+{
+	$redis->cmd('SET', 'rev:big', '9223372036854775807');
+	is(sqlstate("SELECT rlock_available_permits('rev:big')"), '58000',
+		'a count of 2^63 - 1 is not read as a wrong number');
+	is(sqlstate("SELECT rlock_add_permits('rev:big', 1)"), '58000',
+		'nor added to');
+	is($redis->cmd('GET', 'rev:big'), '9223372036854775807',
+		'and stays as it was, an integer');
+
+	$redis->cmd('SET', 'rev:near', '9007199254740993');
+	is(sqlstate("SELECT rlock_add_permits('rev:near', 0)"), '58000',
+		'2^53 + 1 is refused too');
+	is($redis->cmd('GET', 'rev:near'), '9007199254740993', 'unchanged');
+
+	$redis->cmd('SET', 'rev:fine', '999999999999999');
+	is(sql("SELECT rlock_add_permits('rev:fine', 2147483647)"), '1000002147483646',
+		'a large count Lua holds exactly is added to');
+	is($redis->cmd('GET', 'rev:fine'), '1000002147483646', 'and written as an integer');
+	is(sql("SELECT rlock_available_permits('rev:fine')"), '1000002147483646',
+		'and read back exactly');
+
+	is(sqlstate("SELECT rlock_latch_set('rev:latch', 9223372036854775807)"), '22023',
+		'a latch count beyond 2^53 - 1 is refused');
+	is(sql("SELECT rlock_latch_set('rev:latch', 9007199254740991)"), 't',
+		'2^53 - 1 is taken');
+	is(sql("SELECT rlock_latch_count_down('rev:latch')"), '9007199254740990',
+		'and counted down exactly');
+	$redis->cmd('SET', 'rev:javalatch', '9223372036854775807');
+	is(sqlstate("SELECT rlock_latch_count('rev:javalatch')"), '58000',
+		'a latch of 2^63 - 1 set elsewhere is not read as a wrong number');
+	is(sqlstate("SELECT rlock_latch_count_down('rev:javalatch')"), '58000',
+		'nor counted down');
+	is($redis->cmd('GET', 'rev:javalatch'), '9223372036854775807', 'it is left as it was');
+}
+
+done_testing();
