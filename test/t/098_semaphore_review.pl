@@ -10,7 +10,14 @@
 #   which Redisson's INCRBY and DECRBY then refuse), and both semaphore
 #   and latch counts came back rounded or as -2^63; now such a count
 #   fails with 58000 and is left as it was, an addition is Redis's own
-#   INCRBY, and rlock_latch_set refuses a count beyond 2^53 - 1 (22023).
+#   INCRBY, and rlock_latch_set refuses a count beyond 2^53 - 1 (22023);
+# - a release that Redis refused (the count not a number) had removed
+#   the owner's permits first, and the giving back of expired permits
+#   too: those permits were gone; now such a call changes nothing.
+#
+# And one check that found nothing: an owner's permits given back in part
+# after their lease ended (at most 1024 go back a call) leave the
+# semaphore's permits adding up when the owner takes more.
 use strict;
 use warnings;
 
@@ -94,6 +101,57 @@ sub redis_ms
 	is(sqlstate("SELECT rlock_latch_count_down('rev:javalatch')"), '58000',
 		'nor counted down');
 	is($redis->cmd('GET', 'rev:javalatch'), '9223372036854775807', 'it is left as it was');
+}
+
+#---- a refused release changes nothing ----
+{
+	sql("SELECT rlock_set_permits('rev:rel', 3)");
+	my $s = RlockTest::session($node);
+	$s->query_safe("SELECT rlock_session_try_permits('rev:rel', 2)");
+	$redis->cmd('SET', 'rev:rel', 'abc');
+	$s->query("SELECT rlock_session_release_permits('rev:rel', 2)");
+	like($s->{stderr}, qr/58000/, 'a release Redis refuses fails with 58000');
+	$s->{stderr} = '';
+	is($redis->cmd('ZCARD', '{rev:rel}:timeout'), 2,
+		'and the permits are still there, not removed without being counted back');
+	$redis->cmd('SET', 'rev:rel', '1');
+	$s->quit;
+	ok(RlockTest::wait_until(sub { $redis->cmd('ZCARD', '{rev:rel}:timeout') == 0 }, 10),
+		'the session\'s end gives them back');
+	is($redis->cmd('GET', 'rev:rel'), '3', 'all three counted');
+
+	# expired permits given back by a call that meets such a count
+	$redis->cmd('ZADD', '{rev:rel}:timeout', 1, 'java:1');
+	$redis->cmd('SET', 'rev:rel', 'abc');
+	is(sqlstate("SELECT rlock_try_permits('rev:rel', 1)"), '58000',
+		'an acquire that meets "abc" while giving back an expired permit fails');
+	is($redis->cmd('ZCARD', '{rev:rel}:timeout'), 1, 'and the expired permit is still there');
+}
+
+#---- an owner's permits given back in part after their lease ended ----
+{
+	# 1000 permits of another client ending first, then 100 of a session:
+	# one call gives back at most 1024, so 24 of the session's go back
+	# and 76 stay behind
+	my $end = redis_ms() + 200;
+	$redis->cmd('SET', 'rev:gap', '200');
+	$redis->cmd('ZADD', '{rev:gap}:timeout', map { ($end, "java:$_") } 1 .. 1000);
+	my $s = RlockTest::session($node);
+	is($s->query_safe("SELECT rlock_session_try_permits('rev:gap', 100, '0', '500ms')"), 't',
+		'a session takes 100 permits with a short lease');
+	my $total = 1200;
+	ok(RlockTest::wait_until(sub { redis_ms() > $end + 600 }, 5), 'all leases ended');
+	is(sql("SELECT rlock_available_permits('rev:gap')"), 1124,
+		'one call gives back 1024 of the 1100 expired permits');
+	$s->query("SELECT rlock_session_try_permits('rev:gap', 1)");
+	like($s->{stderr}, qr/was lost/, 'the session learns that its permits were lost');
+	$s->{stderr} = '';
+	is($s->query_safe("SELECT rlock_held_permits('rev:gap')"), 1, 'it holds the one it took');
+	is($redis->cmd('GET', 'rev:gap') + $redis->cmd('ZCARD', '{rev:gap}:timeout'), $total,
+		'available and taken permits still add up to the 1200 there are');
+	$s->quit;
+	ok(RlockTest::wait_until(sub { sql("SELECT rlock_available_permits('rev:gap')") == $total }, 10),
+		'once all is given back, all 1200 are available');
 }
 
 done_testing();
