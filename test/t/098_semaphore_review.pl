@@ -13,7 +13,9 @@
 #   INCRBY, and rlock_latch_set refuses a count beyond 2^53 - 1 (22023);
 # - a release that Redis refused (the count not a number) had removed
 #   the owner's permits first, and the giving back of expired permits
-#   too: those permits were gone; now such a call changes nothing.
+#   too: those permits were gone; now such a call changes nothing;
+# - a permit scored below zero (never given back, as in Redisson) made a
+#   waiter try again every few milliseconds until its wait ended.
 #
 # And one check that found nothing: an owner's permits given back in part
 # after their lease ended (at most 1024 go back a call) leave the
@@ -152,6 +154,17 @@ sub redis_ms
 	$s->quit;
 	ok(RlockTest::wait_until(sub { sql("SELECT rlock_available_permits('rev:gap')") == $total }, 10),
 		'once all is given back, all 1200 are available');
+}
+
+#---- a permit scored below zero ----
+{
+	$redis->cmd('SET', 'rev:neg', '0');
+	$redis->cmd('ZADD', '{rev:neg}:timeout', '-inf', 'x:1', '-5', 'y:1');
+	my $calls = evalsha_calls();
+	is(sql("SELECT rlock_try_permits('rev:neg', 1, '2 s')"), 'f',
+		'a wait for a permit held for ever ends at its bound');
+	cmp_ok(evalsha_calls() - $calls, '<=', 4,
+		'having tried only at its start and when told (no retry every few ms)');
 }
 
 done_testing();
