@@ -10,8 +10,13 @@
 -- bound a session's permits on one semaphore have).  rlock_reclaim(now)
 -- returns to the pool the permits whose lease ended (at most 1024 a
 -- call), as Redisson's scripts do when they touch the semaphore, and
--- returns how many it took back.  rlock_timeout_of(name) is the sorted
--- set of a semaphore's name (Redisson's suffixName).
+-- returns how many it took back; it counts them back first, so that a
+-- count Redis refuses (not an integer) fails it before it removes
+-- anything.  rlock_timeout_of(name) is the sorted set of a semaphore's
+-- name (Redisson's suffixName).  rlock_exact(value) is a count read from
+-- Redis as a Lua number, nil when it is no integer or one Lua's numbers
+-- (doubles) do not hold exactly (2^53 and beyond): such a number would
+-- be rounded, written back rounded and answered as another.
 --
 -- Included on one line (see embed-lua): no comment after code here.
 local function rlock_now()
@@ -30,10 +35,10 @@ local function rlock_reclaim(now)
 	if #gone == 0 then
 		return 0
 	end
+	redis.call('incrby', KEYS[1], #gone)
 	for i = 1, #gone, 256 do
 		redis.call('zrem', KEYS[2], unpack(gone, i, math.min(i + 255, #gone)))
 	end
-	redis.call('incrby', KEYS[1], #gone)
 	return #gone
 end
 local function rlock_timeout_of(name)
@@ -41,4 +46,11 @@ local function rlock_timeout_of(name)
 		return name .. ':timeout'
 	end
 	return '{' .. name .. '}:timeout'
+end
+local function rlock_exact(value)
+	local n = tonumber(value or '0')
+	if n and n == math.floor(n) and math.abs(n) < 9007199254740992 then
+		return n
+	end
+	return nil
 end

@@ -12,10 +12,19 @@
 -- ARGV[2]  the call's number
 -- ARGV[3]  the publish command, and after it what ../publish.lua says
 --
--- A name that is not a string (another kind) fails with WRONGTYPE.
+-- A name that is not a string (another kind) fails with WRONGTYPE, and
+-- counting down or reading a count that is no integer Lua's numbers
+-- hold exactly (below 2^53 in magnitude) fails too, changing nothing:
+-- it would be answered rounded, or as -2^63.
 --@include ../publish.lua
 local which = tonumber(ARGV[1])
 local count = redis.call('get', KEYS[1])
+if count and which ~= 1 and which ~= 4 then
+	local n = tonumber(count)
+	if not n or n ~= math.floor(n) or math.abs(n) >= 9007199254740992 then
+		return redis.error_reply('ERR the latch\'s count is not an integer below 2^53 in magnitude, which rlock cannot count with')
+	end
+end
 if which == 1 then
 	if count then
 		return 0

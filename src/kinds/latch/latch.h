@@ -20,4 +20,10 @@
 #define LATCH_CALL_COUNT		3	/* the count */
 #define LATCH_CALL_DELETE		4	/* delete the latch */
 
+/*
+ * The largest count: 2^53 - 1, the largest integer from which every
+ * smaller one is a double (Redis's Lua counts in doubles)
+ */
+#define LATCH_MAX_COUNT			INT64CONST(9007199254740991)
+
 #endif							/* RLOCK_LATCH_H */

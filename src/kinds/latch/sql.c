@@ -82,6 +82,13 @@ rlock_latch_set(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("latch count must be greater than zero"),
 				 errdetail("It was " INT64_FORMAT ".", count)));
+	if (count > LATCH_MAX_COUNT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("latch count must be at most " INT64_FORMAT,
+						LATCH_MAX_COUNT),
+				 errdetail("It was " INT64_FORMAT "; Redis's scripts count in doubles, which hold integers exactly only below 2^53.",
+						   count)));
 	PG_RETURN_BOOL(latch_call(fcinfo, LATCH_CALL_SET, count) == 1);
 }
 

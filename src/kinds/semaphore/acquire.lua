@@ -16,8 +16,10 @@
 -- gone, 0 too few available, 3 too few and the earlier permits gone;
 -- value, when not granted, is the time in ms until the nearest lease of
 -- a held permit ends (a wait may try again then), -1 when none has one
--- that ends.  A name that is not a string (another kind) fails with
--- WRONGTYPE.
+-- that ends.  A score below zero is no lease that ends: nobody gives
+-- such a permit back (Redisson neither), and a waiter told 0 would try
+-- again at once, over and over.  A name that is not a string (another
+-- kind) fails with WRONGTYPE.
 --@include ../publish.lua
 --@include ../permits.lua
 local now = rlock_now()
@@ -31,10 +33,11 @@ local have = rlock_owned(KEYS[2], ARGV[2])
 local lost = tonumber(ARGV[4]) > have
 local need = target - have
 if need > 0 and count < need then
-	local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+	local first = redis.call('zrangebyscore', KEYS[2], now, '+inf',
+		'withscores', 'limit', 0, 1)
 	local wait = -1
 	if first[2] and tonumber(first[2]) < 922337203685477 then
-		wait = math.max(tonumber(first[2]) - now, 0)
+		wait = tonumber(first[2]) - now
 	end
 	return {lost and 3 or 0, wait}
 end

@@ -13,7 +13,9 @@
 -- Returns nil when the owner holds no permit, else the number of permits
 -- given back (0: none, the lease of those left reset).  Permits given
 -- back go to the available count, which is published: Redisson's
--- waiters, which have no timer, wake only on that message.
+-- waiters, which have no timer, wake only on that message.  They are
+-- counted back before they are removed: a count Redis refuses (not an
+-- integer) fails the release before it changes anything.
 --@include ../publish.lua
 --@include ../permits.lua
 local now = rlock_now()
@@ -32,6 +34,7 @@ if target >= have then
 	end
 	return 0
 end
+local count = redis.call('incrby', KEYS[1], have - target)
 for i = target + 1, have do
 	redis.call('zrem', KEYS[2], ARGV[1] .. ':' .. i)
 end
@@ -41,6 +44,5 @@ if target > 0 then
 		redis.call('zadd', KEYS[2], 'xx', deadline, ARGV[1] .. ':' .. i)
 	end
 end
-local count = redis.call('incrby', KEYS[1], have - target)
 rlock_publish(3, 4, tostring(count))
 return have - target
