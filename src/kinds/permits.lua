@@ -18,6 +18,14 @@
 -- (doubles) do not hold exactly (2^53 and beyond): such a number would
 -- be rounded, written back rounded and answered as another.
 --
+-- rlock_counted(timeout, owner) is rlock_owned in a few commands (at
+-- most 21), for the watchdog's batches, which may renew many owners: a
+-- search over members that go from 1 up without a gap, which they do
+-- while the owner holds them (they share one lease, so they end
+-- together).  rlock_lease(timeout, owner, first, last, deadline, flags)
+-- scores the owner's members first to last with deadline, 256 to a ZADD,
+-- the flags (XX, GT) given to every ZADD.
+--
 -- Included on one line (see embed-lua): no comment after code here.
 local function rlock_now()
 	local t = redis.call('time')
@@ -29,6 +37,35 @@ local function rlock_owned(timeout, owner)
 		n = n + 1
 	end
 	return n
+end
+local function rlock_counted(timeout, owner)
+	if not redis.call('zscore', timeout, owner .. ':1') then
+		return 0
+	end
+	local lo, hi = 1, 2
+	while hi <= 1024 and redis.call('zscore', timeout, owner .. ':' .. hi) do
+		lo, hi = hi, hi * 2
+	end
+	hi = math.min(hi, 1025)
+	while hi - lo > 1 do
+		local mid = math.floor((lo + hi) / 2)
+		if redis.call('zscore', timeout, owner .. ':' .. mid) then
+			lo = mid
+		else
+			hi = mid
+		end
+	end
+	return lo
+end
+local function rlock_lease(timeout, owner, first, last, deadline, ...)
+	for i = first, last, 256 do
+		local args = {...}
+		for j = i, math.min(i + 255, last) do
+			args[#args + 1] = deadline
+			args[#args + 1] = owner .. ':' .. j
+		end
+		redis.call('zadd', timeout, unpack(args))
+	end
 end
 local function rlock_reclaim(now)
 	local gone = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 1024)

@@ -44,10 +44,7 @@ end
 if need > 0 then
 	redis.call('decrby', KEYS[1], need)
 end
-local deadline = now + tonumber(ARGV[1])
-for i = 1, target do
-	redis.call('zadd', KEYS[2], deadline, ARGV[2] .. ':' .. i)
-end
+rlock_lease(KEYS[2], ARGV[2], 1, target, now + tonumber(ARGV[1]))
 local ttl = redis.call('pttl', KEYS[1])
 if ttl > 0 then
 	redis.call('pexpire', KEYS[2], ttl)

@@ -28,21 +28,17 @@ if have == 0 then
 end
 local target = tonumber(ARGV[2])
 if target >= have then
-	local deadline = now + tonumber(ARGV[3])
-	for i = 1, have do
-		redis.call('zadd', KEYS[2], 'xx', deadline, ARGV[1] .. ':' .. i)
-	end
+	rlock_lease(KEYS[2], ARGV[1], 1, have, now + tonumber(ARGV[3]), 'xx')
 	return 0
 end
 local count = redis.call('incrby', KEYS[1], have - target)
+local gone = {}
 for i = target + 1, have do
-	redis.call('zrem', KEYS[2], ARGV[1] .. ':' .. i)
+	gone[#gone + 1] = ARGV[1] .. ':' .. i
 end
-if target > 0 then
-	local deadline = now + tonumber(ARGV[3])
-	for i = 1, target do
-		redis.call('zadd', KEYS[2], 'xx', deadline, ARGV[1] .. ':' .. i)
-	end
+for i = 1, #gone, 256 do
+	redis.call('zrem', KEYS[2], unpack(gone, i, math.min(i + 255, #gone)))
 end
+rlock_lease(KEYS[2], ARGV[1], 1, target, now + tonumber(ARGV[3]), 'xx')
 rlock_publish(3, 4, tostring(count))
 return have - target

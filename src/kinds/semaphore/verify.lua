@@ -15,11 +15,6 @@ return rlock_batch(function(key, owner)
 	return (score and tonumber(score) > now) and 1 or 0
 end, function(key, owner)
 	local timeout = rlock_timeout_of(key)
-	local deadline = now + tonumber(ARGV[1])
-	for i = 1, rlock_owned(timeout, owner) do
-		local score = tonumber(redis.call('zscore', timeout, owner .. ':' .. i))
-		if score < deadline then
-			redis.call('zadd', timeout, 'xx', deadline, owner .. ':' .. i)
-		end
-	end
+	rlock_lease(timeout, owner, 1, rlock_counted(timeout, owner),
+		now + tonumber(ARGV[1]), 'xx', 'gt')
 end)
