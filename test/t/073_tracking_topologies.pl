@@ -215,8 +215,14 @@ ok($dep->wait_converted($old, 30) && $dep->wait_synced($old, 30),
 	'the old primary is a replica of the new one, in sync');
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET rlock.sync_replicas = auto; SELECT pg_reload_conf()");
-ok(RlockTest::wait_until(sub { status($node, 'sync_connection') eq 'ready' }, 15),
-	'sync_replicas auto: the sync connection is used');
+# ready, and knowing the replica (ROLE): an acquisition then waits for it
+ok( RlockTest::wait_until(
+		sub {
+			status($node, 'sync_connection') eq 'ready'
+			  && status($node, 'sync_wait') eq '1 replica';
+		},
+		15),
+	'sync_replicas auto: the sync connection is used, for one replica');
 ok(armed($new), 'tracking is on all the same');
 my $watch = [ [ $new, $new->monitor ] ];
 verifies_since($watch);
