@@ -14,6 +14,13 @@
 #   (a "was lost" warning, the hold released in Redis, 40001 at commit).
 #   The same followed a ROLLBACK.  Now the mark goes once Redis has
 #   answered the release of the last hold it was about.
+#
+# And checks that found nothing: a set waiting for a later member,
+# holding an earlier one, when Redis stops answering (58030) gives back
+# the earlier one once Redis is back; in a Redis Cluster, a set whose
+# members live on three primaries waits for the busy one holding none of
+# the others, is taken across the three, and given back whole when a
+# member's primary stops answering (58030) or lock_timeout ends its wait.
 use strict;
 use warnings;
 
@@ -21,6 +28,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
 use RlockTest::Redis;
+use RlockTest::Cluster;
 use RlockTest::TLS;
 
 plan skip_all => 'sets do not depend on TLS: the plain round runs this'
@@ -132,5 +140,87 @@ sub shown_lost
 	$_->quit for $s, $h1, $h2;
 }
 
+#---- Redis not answering while a set waits holding a member ----
+
+{
+	my $h = RlockTest::session($node);
+	$h->query_safe("SELECT rlock_session_try('rw:b')");
+	my $s = RlockTest::session($node);
+	my $h2 = RlockTest::session($node);
+	$h2->query_safe("SELECT rlock_session_try('rw:c')");
+	RlockTest::send_query($s, "SELECT rlock_session_lock_set('{rw:b,rw:c}');");
+	ok(RlockTest::waiting_in_sql($node, 'rw:b'), 'a set waits for its busy first member');
+	$h->query_safe("SELECT rlock_session_release('rw:b')");
+	ok(RlockTest::waiting_in_sql($node, 'rw:c'), 'then for the second, holding the first');
+	$redis->freeze;
+	my (undef, $err) = RlockTest::collect($s);
+	$redis->thaw;
+	like($err, qr/58030/, 'Redis not answering ends the call with 58030');
+	is(holds_of($s), 0, 'the session holds no member');
+	ok(RlockTest::wait_until(sub { present('rw:b') == 0 }, 10),
+		'the member it held is given back once Redis answers');
+	$_->quit for $s, $h, $h2;
+}
+
 $node->stop;
+
+#---- a set across the primaries of a Redis Cluster ----
+
+{
+	my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 0,
+		node_timeout_ms => 60000);
+	my @primaries = $cluster->primaries;
+	my ($na, $nb) = RlockTest::cluster_nodes($cluster, 'sets_ca', 'sets_cb');
+	my $on = sub { $cluster->owner($cluster->slot($_[0])) };
+	# one key on each primary, in the primaries' order in the set's order
+	my @k;
+	for my $i (0 .. 2)
+	{
+		push @k, (grep { $on->($_)->port == $primaries[$i]->port }
+			  map { "rc$i:$_" } 0 .. 300)[0];
+	}
+	my $set = '{' . join(',', reverse @k) . '}';
+	my $in_cluster = sub { scalar grep { $on->($_)->cmd('EXISTS', $_) } @_ };
+	my $held = sub {
+		my ($s) = @_;
+		return $s->{rlock_node}->safe_psql('postgres',
+			"SELECT count(*) FROM rlock_locks WHERE pid = $s->{rlock_pid} AND count > 0");
+	};
+
+	my $h = RlockTest::session($na);
+	$h->query_safe("SELECT rlock_session_try('$k[2]')");
+	my $s = RlockTest::session($nb);
+	RlockTest::send_query($s, "SELECT rlock_session_lock_set('$set');");
+	ok(RlockTest::waiting_in_sql($nb, $k[2]), 'cluster: the set waits for the member held elsewhere');
+	is($in_cluster->(@k[ 0, 1 ]), 0, 'cluster: holding none of the others');
+	$h->query_safe("SELECT rlock_session_release('$k[2]')");
+	my (undef, $err) = RlockTest::collect($s);
+	is($err, '', 'cluster: the set is taken once the member is free');
+	is($in_cluster->(@k), 3, 'cluster: on three primaries');
+	is($s->query_safe("SELECT rlock_session_release_set('$set')"), 3,
+		'cluster: and given back as a set');
+
+	$primaries[1]->freeze;
+	RlockTest::send_query($s, "SELECT rlock_session_lock_set('$set');");
+	(undef, $err) = RlockTest::collect($s);
+	like($err, qr/58030/, 'cluster: a member\'s primary not answering fails the set');
+	is($held->($s), 0, 'cluster: the session holds no member');
+	ok(RlockTest::wait_until(sub { $in_cluster->($k[0]) == 0 }, 5),
+		'cluster: the member taken before is given back');
+	$primaries[1]->thaw;
+	ok(RlockTest::wait_until(sub { $in_cluster->(@k) == 0 }, 10),
+		'cluster: nothing of the set once the primary answers');
+
+	$h->query_safe("SELECT rlock_session_try('$k[2]')");
+	$s->query_safe("SET lock_timeout = '300ms'");
+	RlockTest::send_query($s, "SELECT rlock_session_lock_set('$set');");
+	(undef, $err) = RlockTest::collect($s);
+	like($err, qr/55P03/, 'cluster: lock_timeout ends the wait');
+	is($held->($s), 0, 'cluster: the session holds no member');
+	ok(RlockTest::wait_until(sub { $in_cluster->(@k[ 0, 1 ]) == 0 }, 5),
+		'cluster: none of the others in Redis');
+	$_->quit for $s, $h;
+	$_->stop for $na, $nb;
+}
+
 done_testing();
