@@ -578,7 +578,8 @@ rlock_hold_release_unsent(int index)
  * outcome is unknown or Redis refused it for now (the count is restated);
  * else status OK (Redis holds the target, until "expires" if it is above
  * zero) or NOT_HELD (the holds were gone: a loss, unless none were to
- * remain).  True if the loss is news.
+ * remain).  True if the loss is news.  Once none remain, no loss is left
+ * marked.
  */
 bool
 rlock_hold_released(int index, bool again, RlockStatus status, int32 target,
@@ -599,6 +600,15 @@ rlock_hold_released(int index, bool again, RlockStatus status, int32 target,
 		newly_lost = hold_mark_lost(h);
 	else if (status == RLOCK_STATUS_OK)
 		hold_confirm(h, expires);
+
+	/*
+	 * None left: a loss found before was of holds all given back now.  Its
+	 * mark would condemn the next grant, should the backend take the key
+	 * again before the entry is freed (a set taking back a member it gave
+	 * back, a transaction after a ROLLBACK).
+	 */
+	if (!again && target == 0)
+		h->lost = false;
 	SpinLockRelease(&h->mutex);
 	return newly_lost;
 }

@@ -339,47 +339,83 @@ multi_take(FunctionCallInfo fcinfo, bool session, bool bounded)
 }
 
 /*
+ * Give back the newest hold of the scope on one member of a set and say
+ * what rlock_release says when there is none.  True when given back.
+ */
+static bool
+multi_give_one(SetMember *m, bool session)
+{
+	RlockStatus status;
+	bool		found;
+
+	status = rlock_release_holds(RLOCK_KIND_PLAIN, m->mode, m->key.redis,
+								 m->key.len, session, 1, &found);
+	if (!found)
+	{
+		ereport(WARNING,
+				(errmsg("lock \"%s\" is not held in %s scope%s by this session",
+						m->key.sql, session ? "session" : "transaction",
+						m->mode == RLOCK_MODE_SHARED ?
+						" in shared mode" : "")));
+		return false;
+	}
+	if (status == RLOCK_STATUS_NOT_HELD)
+	{
+		ereport(WARNING,
+				(errmsg("lock \"%s\" was no longer held in Redis",
+						m->key.sql),
+				 errdetail("Its lease ran out or it was removed before this release."),
+				 (!session && rlock_verify_at_commit) ?
+				 errhint("The transaction will fail at commit.") : 0));
+		return false;
+	}
+	rlock_report_status(status, m->key.sql, strlen(m->key.sql));
+	return true;
+}
+
+/*
  * The body of the functions that give back a set: the newest hold of the
  * scope on each member, in its mode.  Returns how many were given back; a
  * member without one gets a warning, as rlock_release gives.
+ *
+ * Each member's release is queued before its answer is waited for, so
+ * the one whose wait fails (Redis not answering, a cancel) is given back
+ * all the same.  In session scope the members after it are given back
+ * too, without waiting: nothing else would end them before the session
+ * does.  Transaction-scoped ones are left to the transaction's end, which
+ * the error brings, and to its check before commit should a savepoint
+ * catch the error.
  */
 static int
 multi_give(FunctionCallInfo fcinfo, bool session)
 {
 	SetMember  *members;
 	int			n;
-	int			released = 0;
-	int			i;
+	volatile int released = 0;
+	volatile int i;
 
 	members = multi_members(fcinfo, 1, &n);
-	for (i = 0; i < n; i++)
+	PG_TRY();
 	{
-		SetMember  *m = &members[i];
-		RlockStatus status;
-		bool		found;
-
-		status = rlock_release_holds(RLOCK_KIND_PLAIN, m->mode,
-									 m->key.redis, m->key.len, session, 1,
-									 &found);
-		if (!found)
-			ereport(WARNING,
-					(errmsg("lock \"%s\" is not held in %s scope%s by this session",
-							m->key.sql, session ? "session" : "transaction",
-							m->mode == RLOCK_MODE_SHARED ?
-							" in shared mode" : "")));
-		else if (status == RLOCK_STATUS_NOT_HELD)
-			ereport(WARNING,
-					(errmsg("lock \"%s\" was no longer held in Redis",
-							m->key.sql),
-					 errdetail("Its lease ran out or it was removed before this release."),
-					 (!session && rlock_verify_at_commit) ?
-					 errhint("The transaction will fail at commit.") : 0));
-		else
+		for (i = 0; i < n; i++)
 		{
-			rlock_report_status(status, m->key.sql, strlen(m->key.sql));
-			released++;
+			if (multi_give_one(&members[i], session))
+				released++;
 		}
 	}
+	PG_CATCH();
+	{
+		if (session)
+		{
+			for (i++; i < n; i++)
+				(void) rlock_release_nowait(RLOCK_KIND_PLAIN,
+											members[i].mode,
+											members[i].key.redis,
+											members[i].key.len, true);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	return released;
 }
 
