@@ -1,5 +1,5 @@
 # 16 Redisson threads and 16 SQL sessions (pgbench) share one
-# permit-expirable semaphore of 4 permits for 15 s, for each Redisson
+# permit-expirable semaphore of 4 permits for 8 s, for each Redisson
 # version of RlockTest::Redisson: each takes one permit, holds it 0 to
 # 5 ms and gives it back, in a loop.  Java uses
 # RPermitExpirableSemaphore without a lease (its waiters sleep until a
@@ -40,7 +40,7 @@ my $node = RlockTest::node('semstress', $redis,
 sub q1 { return $node->safe_psql('postgres', $_[0]) }
 
 
-my $seconds = 15;
+my $seconds = 8;
 my $permits = 4;
 
 q1('CREATE TABLE semspans (k text, s bigint, e bigint)');
