@@ -255,6 +255,37 @@ sub fair_round
 	$_->quit for $short, $w, $h;
 }
 
+# A semaphore and a latch on $name: permits set and added, one taken by a
+# session of $n1, a waiter of $n2 woken by its release; a latch counted
+# down to zero wakes a waiter of $n2.
+sub permits_round
+{
+	my ($n1, $n2, $name, $what) = @_;
+	is($n1->safe_psql('postgres',
+			"SELECT rlock_set_permits('$name', 0), rlock_add_permits('$name', 1)"),
+		't|1', "$what: semaphore $name set");
+	my $h = $n1->background_psql('postgres');
+	is($h->query_safe("SELECT rlock_session_try_permits('$name')"), 't',
+		"$what: its permit taken");
+	my $w = $n2->background_psql('postgres', on_error_stop => 0);
+	RlockTest::send_query($w, "SELECT rlock_try_permits('$name', 1, '20 s') AS got;");
+	ok(RlockTest::waiting_in_sql($n2, $name), "$what: a waiter for a permit");
+	is($h->query_safe("SELECT rlock_session_release_permits('$name')"), 't',
+		"$what: the permit released");
+	my ($got) = RlockTest::collect($w);
+	is($got, 't', "$what: the waiter gets it");
+	is($n1->safe_psql('postgres', "SELECT rlock_latch_set('$name:l', 2)"), 't',
+		"$what: a latch set");
+	RlockTest::send_query($w, "SELECT rlock_latch_wait('$name:l', '20 s') AS got;");
+	ok(RlockTest::waiting_in_sql($n2, "$name:l"), "$what: a waiter for the latch");
+	is($n1->safe_psql('postgres',
+			"SELECT rlock_latch_count_down('$name:l'), rlock_latch_count_down('$name:l')"),
+		'1|0', "$what: counted down to zero");
+	($got) = RlockTest::collect($w);
+	is($got, 't', "$what: the latch's waiter goes on");
+	$_->quit for $w, $h;
+}
+
 # a lock with its waiter: busy, subscribed, woken by the release
 my $s1 = $na->background_psql('postgres');
 is($s1->query_safe("SELECT rlock_session_try('acl:k')"), 't', 'a lock is taken');
@@ -312,6 +343,8 @@ $nx->stop;
 # reader), then the shared one (the waiter woken)
 shared_round($na, $nb, 'acl:sh', 'standalone');
 fair_round($na, $nb, 'acl:fa', 'standalone');
+permits_round($na, $nb, 'acl:pe', 'standalone');
+permits_round($na, $nb, '{acl}:pb', 'standalone');
 
 # a lock forced away
 $s1->query_safe("SELECT rlock_session_try('acl:f')");
@@ -432,6 +465,7 @@ for my $key ('n:k', 'n:{k}')
 	$s1->quit;
 	shared_round($na, $nb, "s$key", 'narrow patterns');
 	fair_round($na, $nb, "f$key", 'narrow patterns');
+	permits_round($na, $nb, "p$key", 'narrow patterns');
 }
 is($primary->cmd('EXISTS', 'redisson_lock_token:app:n:{k}'), 1,
 	'the token counters were under the prefix too');
@@ -615,6 +649,7 @@ $s->quit;
 wake($keys[2], 'sharded');
 shared_round($nc, $nc, 'cs:k', 'Cluster');
 fair_round($nc, $nc, 'cf:k', 'Cluster');
+permits_round($nc, $nc, 'cp:k', 'Cluster');
 
 # a key of a slot that is migrating: ASK, and ASKING on the new node
 my ($ask_key) = grep { $cluster->owner($cluster->slot($_)) == $primaries[0] }
@@ -682,6 +717,8 @@ for my $key ('n:k', 'n:{k}')
 	$s->quit;
 	shared_round($nc, $nc, "s$key", 'Cluster, narrow patterns');
 	fair_round($nc, $nc, "f$key", 'Cluster, narrow patterns');
+	permits_round($nc, $nc, "p$key", 'Cluster, narrow patterns')
+	  unless $key =~ /\{/;
 }
 is_deeply([ map { refusals($_) } $cluster->nodes ], [],
 	'Cluster, narrow patterns: Redis refused nothing');
