@@ -86,7 +86,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
 include $(PGXS)
 # after PGXS, which sets it empty
-PROVE_FLAGS += -I ./test/perl
+PROVE_FLAGS += -I ./test/perl --timer
 # PGXS passes on the warning flags the server was built with; a server
 # built by a newer compiler (PostgreSQL 18's) may ask for one that this
 # compiler lacks, which it would refuse

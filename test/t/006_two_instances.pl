@@ -10,6 +10,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
 use RlockTest;
+use RlockTest::TLS;
+
+plan skip_all => 'two instances sharing locks do not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
 my $na = RlockTest::node('a', $redis, conf => ["rlock.instance_name = 'db-a'"]);

@@ -13,6 +13,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 use RlockTest;
+use RlockTest::TLS;
+
+plan skip_all => 'cancellation does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('stress', $redis,

@@ -10,6 +10,10 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::TLS;
+
+plan skip_all => 'fencing tokens do not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('fencing', $redis);

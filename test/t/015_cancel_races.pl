@@ -15,6 +15,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep time);
 use RlockTest;
+use RlockTest::TLS;
+
+plan skip_all => 'cancellation does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('races', $redis,

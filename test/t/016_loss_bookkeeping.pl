@@ -15,6 +15,10 @@ use warnings;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::TLS;
+
+plan skip_all => 'the bookkeeping of losses does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('loss', $redis,

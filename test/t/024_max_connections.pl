@@ -13,6 +13,10 @@ use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::TLS;
+
+plan skip_all => 'max_connections does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $max = 30;
 my $nwaiters = $max - 1;

@@ -16,6 +16,10 @@ use IPC::Run qw(start finish);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
+use RlockTest::TLS;
+
+plan skip_all => 'the operations page does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $top = $ENV{TESTDIR} // '.';
 my $redis = RlockTest::Redis->start;
