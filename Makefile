@@ -169,11 +169,17 @@ fuzz-replay: $(FUZZ_OUT)/fuzz_reply
 		{ cat $(FUZZ_OUT)/replay.log; exit 1; }
 	@tail -1 $(FUZZ_OUT)/replay.log
 
-.PHONY: test test-matrix interop demo bench fuzz fuzz-replay dist deb
+.PHONY: test test-acl test-matrix interop demo bench fuzz fuzz-replay dist deb
 # every suite on PostgreSQL 15 and Redis 7.0, the packages, and the core
 # suites of the matrix's newer rows (test/matrix/README.md)
 test:
 	test/harness/make-test
+
+# the TAP tests that make rlock send every command and run every script,
+# connected as the Redis users doc/configuration.md documents (test 057,
+# in make test, checks those lines themselves)
+test-acl:
+	RLOCK_ONLY=acl test/harness/run-tests
 
 # every suite on every row of the matrix
 test-matrix:
