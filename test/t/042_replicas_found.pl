@@ -9,6 +9,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use RlockTest;
 use RlockTest::Redis;
+use RlockTest::TLS;
+
+plan skip_all => 'finding replicas does not depend on TLS: the plain round runs this'
+  if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
 my $node = RlockTest::node('found', $redis);
