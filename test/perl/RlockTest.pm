@@ -85,6 +85,34 @@ sub node
 	return $node;
 }
 
+# A Sentinel deployment (a primary, two replicas, three Sentinels, master
+# "main", quick to fail over) and instances named @names following it,
+# with replicas confirming (rlock.sync_replicas = 1) and a watchdog of
+# 3 s, each having found the primary; returns the deployment and them.
+sub sentinel_nodes
+{
+	my (@names) = @_;
+	my $dep = RlockTest::Sentinel->start(
+		replicas => 2,
+		sentinels => 3,
+		master_name => 'main',
+		down_after_ms => 1000,
+		failover_timeout_ms => 4000);
+	my @conf = (
+		"rlock.topology = 'sentinel'",
+		"rlock.nodes = '" . $dep->nodes_setting . "'",
+		"rlock.sentinel_master = 'main'",
+		"rlock.sync_replicas = '1'",
+		"rlock.sync_timeout = '1s'",
+		"rlock.watchdog_timeout = '3s'");
+	my @nodes = map { node($_, $dep->data_nodes->[0], conf => [@conf]) } @names;
+	for my $n (@nodes)
+	{
+		wait_for_redis($n, 15) or die $n->name . ' did not find the primary';
+	}
+	return ($dep, @nodes);
+}
+
 # Instances named @names of the Redis Cluster $cluster, its primaries as
 # seeds, with a watchdog of 3 s, each knowing the map of every primary
 # and connected to them; returns them.

@@ -173,22 +173,7 @@ sub round
 #---- Sentinel ----
 
 {
-	my $dep = RlockTest::Sentinel->start(
-		replicas => 2,
-		sentinels => 3,
-		master_name => 'main',
-		down_after_ms => 1000,
-		failover_timeout_ms => 4000);
-	my @conf = (
-		"rlock.topology = 'sentinel'",
-		"rlock.nodes = '" . $dep->nodes_setting . "'",
-		"rlock.sentinel_master = 'main'",
-		"rlock.sync_replicas = '1'",
-		"rlock.sync_timeout = '1s'",
-		"rlock.watchdog_timeout = '3s'");
-	my $na = RlockTest::node('kt_sa', $dep->data_nodes->[0], conf => [@conf]);
-	my $nb = RlockTest::node('kt_sb', $dep->data_nodes->[0], conf => [@conf]);
-	ok(RlockTest::wait_for_redis($_, 15), $_->name . ' finds the primary') for $na, $nb;
+	my ($dep, $na, $nb) = RlockTest::sentinel_nodes('kt_sa', 'kt_sb');
 	round('sentinel', $na, $nb, 'st:r', 'st:f', 'st:s',
 		sub { $dep->primary },
 		sub {
