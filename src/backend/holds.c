@@ -877,19 +877,32 @@ rlock_release_session_all(RlockStatus *status)
 }
 
 /*
+ * The session's entry of a key in a kind and mode, after taking note of a
+ * loss (warned about); NULL if it has none.
+ */
+static LocalHold *
+rlock_local_noted(RlockKind kind, int mode, const char *key, int keylen)
+{
+	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
+
+	if (lh != NULL)
+	{
+		rlock_local_take_note(lh, true, true);
+		rlock_local_unpin_if_unused(lh);
+	}
+	return lh;
+}
+
+/*
  * This session's hold count on a key in a kind and mode, both scopes,
  * after taking note of a loss.
  */
 int
 rlock_held_count(RlockKind kind, int mode, const char *key, int keylen)
 {
-	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
+	LocalHold  *lh = rlock_local_noted(kind, mode, key, keylen);
 
-	if (lh == NULL)
-		return 0;
-	rlock_local_take_note(lh, true, true);
-	rlock_local_unpin_if_unused(lh);
-	return lh->session_count + lh->xact_count;
+	return lh == NULL ? 0 : lh->session_count + lh->xact_count;
 }
 
 /*
@@ -900,12 +913,10 @@ int
 rlock_held_scope(RlockKind kind, int mode, const char *key, int keylen,
 				 bool session)
 {
-	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
+	LocalHold  *lh = rlock_local_noted(kind, mode, key, keylen);
 
 	if (lh == NULL)
 		return 0;
-	rlock_local_take_note(lh, true, true);
-	rlock_local_unpin_if_unused(lh);
 	return session ? lh->session_count : lh->xact_count;
 }
 
@@ -916,13 +927,9 @@ rlock_held_scope(RlockKind kind, int mode, const char *key, int keylen,
 int64
 rlock_held_token(RlockKind kind, int mode, const char *key, int keylen)
 {
-	LocalHold  *lh = rlock_local_find(kind, mode, key, keylen);
+	LocalHold  *lh = rlock_local_noted(kind, mode, key, keylen);
 
-	if (lh == NULL)
-		return 0;
-	rlock_local_take_note(lh, true, true);
-	rlock_local_unpin_if_unused(lh);
-	return rlock_local_token(lh);
+	return lh == NULL ? 0 : rlock_local_token(lh);
 }
 
 /*

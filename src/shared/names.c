@@ -56,6 +56,28 @@ rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
 }
 
 /*
+ * A name derived from a key by a suffix, as Redisson's suffixName makes
+ * it: {key}<suffix>, or key<suffix> when the key has a brace already (a
+ * semaphore's permits: {key}:timeout).  buf has room for keylen plus the
+ * suffix and 3 bytes.
+ */
+int
+rlock_suffixed_name(char *buf, const char *key, int keylen, const char *suffix)
+{
+	int			len = 0;
+	bool		braces = (memchr(key, '{', keylen) == NULL);
+
+	if (braces)
+		buf[len++] = '{';
+	memcpy(buf + len, key, keylen);
+	len += keylen;
+	if (braces)
+		buf[len++] = '}';
+	strcpy(buf + len, suffix);
+	return len + strlen(suffix);
+}
+
+/*
  * The kinds' names, as rlock_locks shows them (shared.h's list)
  */
 #define RLOCK_KIND_NAME(NUMBER, name) #name,

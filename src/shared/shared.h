@@ -510,6 +510,8 @@ extern const char *const rlock_kind_names[RLOCK_NKINDS];
 extern int	rlock_derived_name(char *buf, const char *prefix, const char *key,
 							   int keylen);
 extern int	rlock_channel_name(char *buf, const char *key, int keylen);
+extern int	rlock_suffixed_name(char *buf, const char *key, int keylen,
+								const char *suffix);
 extern int	rlock_token_name(char *buf, const char *key, int keylen);
 extern int	rlock_yield_name(char *buf, const char *key, int keylen);
 extern int	rlock_owner_name(char *buf, uint64 owner_id);

@@ -70,18 +70,11 @@ semaphore_command(RlockArgs *args, int script, const char *key, int keylen,
 {
 	char	   *name = palloc(keylen + sizeof(":timeout") + 2);
 	char	   *channel = palloc(RLOCK_CHANNEL_MAXLEN(keylen));
-	int			n = 0;
 
 	rlock_kind_script(args, script, 2, 1);
 	rlock_args_add(args, key, keylen);
-	if (memchr(key, '{', keylen) == NULL)
-		name[n++] = '{';
-	memcpy(name + n, key, keylen);
-	n += keylen;
-	if (memchr(key, '{', keylen) == NULL)
-		name[n++] = '}';
-	memcpy(name + n, ":timeout", 8);
-	rlock_args_add(args, name, n + 8);
+	rlock_args_add(args, name,
+				   rlock_suffixed_name(name, key, keylen, ":timeout"));
 	pfree(name);
 	*len = semaphore_channel(channel, key, keylen);
 	rlock_kind_channel(args, channel, *len);
