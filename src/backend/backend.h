@@ -61,6 +61,10 @@ extern RlockStatus rlock_release_holds(RlockKind kind, int mode,
 									   const char *key, int keylen,
 									   bool session, int32 amount,
 									   bool *found);
+extern RlockStatus rlock_acquire_set(RlockKind kind,
+									 const RlockKeyRef *keys, int n,
+									 bool session, int64 lease_ms,
+									 int *busy);
 extern int	rlock_release_session_all(RlockStatus *status);
 extern int	rlock_held_count(RlockKind kind, int mode, const char *key,
 							 int keylen);
@@ -86,6 +90,8 @@ typedef struct RlockRequest
 {
 	RlockRequestArgs args;
 	const char *key;
+	const int  *set;			/* ACQUIRE_SET: args.nset entry and
+								 * generation pairs */
 	bool		use_lock_timeout;	/* lock_timeout applies to the wait */
 } RlockRequest;
 

@@ -756,6 +756,109 @@ rlock_acquire(RlockKind kind, int mode, const char *key, int keylen,
 }
 
 /*
+ * Take one exclusive hold on each of n keys of a kind, all or none, in one
+ * command to Redis and without waiting: the first round of a set
+ * (kinds/plain/multi.c).  Only for keys none of which the session holds
+ * in that mode, up to RLOCK_SET_MAX_KEYS of them.  Returns OK when all
+ * are held, BUSY when one is held by someone else (*busy: which, from 0)
+ * and none was taken, DECLINED when the one command cannot serve the set
+ * (the caller takes the keys one by one: the worker says why not); other
+ * statuses are errors for the caller to report, with nothing taken.
+ */
+RlockStatus
+rlock_acquire_set(RlockKind kind, const RlockKeyRef *keys, int n,
+				  bool session, int64 lease_ms, int *busy)
+{
+	LocalHold **lhs;
+	int		   *pairs;
+	volatile int entered = 0;
+	TimestampTz start = GetCurrentTimestamp();
+	RlockRequest req;
+	RlockStatus status;
+	int64		value = 0;
+	int			i;
+
+	if (n < 2 || n > RLOCK_SET_MAX_KEYS ||
+		n * 2 * sizeof(int) > rlock_max_key_length)
+		return RLOCK_STATUS_DECLINED;
+	for (i = 0; i < n; i++)
+	{
+		LocalHold  *lh = rlock_local_find(kind, RLOCK_MODE_EXCLUSIVE,
+										  keys[i].data, keys[i].len);
+
+		if (lh != NULL && lh->session_count + lh->xact_count > 0)
+			return RLOCK_STATUS_DECLINED;
+	}
+
+	lhs = palloc(n * sizeof(LocalHold *));
+	pairs = palloc(n * 2 * sizeof(int));
+	PG_TRY();
+	{
+		for (i = 0; i < n; i++)
+		{
+			lhs[i] = rlock_local_enter(kind, RLOCK_MODE_EXCLUSIVE,
+									   keys[i].data, keys[i].len);
+			entered = i + 1;
+			rlock_local_pin(lhs[i]);
+			rlock_local_reserve(lhs[i]);
+			pairs[2 * i] = lhs[i]->hold;
+			pairs[2 * i + 1] = (int) lhs[i]->generation;
+		}
+		memset(&req, 0, sizeof(req));
+		req.args.op = RLOCK_OP_ACQUIRE_SET;
+		req.args.kind = kind;
+		req.args.mode = RLOCK_MODE_EXCLUSIVE;
+		req.args.session = session;
+		req.args.checked = (!session &&
+							rlock_verify_at_commit != RLOCK_VERIFY_OFF);
+		req.args.hold = -1;
+		req.args.wait_until = start;
+		req.args.lease_ms = lease_ms;
+		req.args.amount = 1;
+		req.args.nset = n;
+		req.set = pairs;
+		status = rlock_request(&req, &value);
+	}
+	PG_CATCH();
+	{
+		rlock_count_acquire_error(geterrcode());
+		for (i = 0; i < entered; i++)
+			rlock_local_unpin_if_unused(lhs[i]);	/* no-op if not pinned */
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (status == RLOCK_STATUS_OK)
+	{
+		/* every grant recorded before anything that can fail */
+		for (i = 0; i < n; i++)
+			rlock_local_add(lhs[i], session, 1, lease_ms, 0);
+		rlock_count(RLOCK_STAT_ACQUIRED, n);
+		rlock_latency(RLOCK_LATENCY_ACQUIRE, GetCurrentTimestamp() - start);
+		if (!session)
+		{
+			rlock_warn_outside_block(lhs[0]);
+			rlock_xact_callback_first();
+		}
+	}
+	else
+	{
+		for (i = 0; i < n; i++)
+			rlock_local_unpin_if_unused(lhs[i]);
+		if (status == RLOCK_STATUS_BUSY)
+		{
+			rlock_count(RLOCK_STAT_REFUSED, 1);
+			*busy = (int) value;
+		}
+		else if (status != RLOCK_STATUS_DECLINED)
+			rlock_count(RLOCK_STAT_FAILED, 1);
+	}
+	pfree(lhs);
+	pfree(pairs);
+	return status;
+}
+
+/*
  * Release the newest "amount" of one scope's holds on a key in a kind and
  * mode (1 for a lock, permits for a semaphore; the caller made sure the
  * scope holds that much) and report what Redis said about it: OK, or

@@ -139,6 +139,8 @@ rlock_abandon_request(void)
 	bool		granted;
 	int			hold;
 	int32		amount;
+	int			nset;
+	int			i;
 
 	if (!request_active)
 		return;
@@ -149,10 +151,12 @@ rlock_abandon_request(void)
 
 	SpinLockAcquire(&slot->mutex);
 	granted = (slot->state == RLOCK_SLOT_DONE &&
-			   slot->args.op == RLOCK_OP_ACQUIRE &&
+			   (slot->args.op == RLOCK_OP_ACQUIRE ||
+				slot->args.op == RLOCK_OP_ACQUIRE_SET) &&
 			   slot->status == RLOCK_STATUS_OK);
 	hold = slot->args.hold;
 	amount = slot->args.amount;
+	nset = slot->args.nset;
 	/* a request the worker holds must be dropped by the worker: tell it */
 	notify = (slot->state == RLOCK_SLOT_TAKEN && !slot->queued);
 	if (notify)
@@ -162,9 +166,20 @@ rlock_abandon_request(void)
 
 	if (notify)
 		rlock_ring_push(-1 - index);
-	/* all the grant added: a semaphore's permits, one hold of a lock */
-	if (granted)
+	/*
+	 * All the grant added: a semaphore's permits, one hold of a lock, one
+	 * of each key of a set (the worker reads the slot's key buffer only
+	 * while the slot is TAKEN: it is ours again)
+	 */
+	if (granted && nset == 0)
 		rlock_queue_release(hold, amount, -1, false);
+	for (i = 0; granted && i < nset; i++)
+	{
+		int			set_hold;
+
+		memcpy(&set_hold, slot->key + 2 * i * sizeof(int), sizeof(int));
+		rlock_queue_release(set_hold, 1, -1, false);
+	}
 	if (notify || granted)
 		rlock_wake_worker();
 }
@@ -322,6 +337,10 @@ rlock_request(const RlockRequest *req, int64 *value)
 	if (req->args.keylen > 0)
 		memcpy(slot->key, req->key, req->args.keylen);
 	slot->key[req->args.keylen] = '\0';
+	/* an ACQUIRE_SET's entries, in place of a key */
+	Assert(req->args.nset * 2 * sizeof(int) <= rlock_max_key_length);
+	if (req->args.nset > 0)
+		memcpy(slot->key, req->set, req->args.nset * 2 * sizeof(int));
 
 	SpinLockAcquire(&slot->mutex);
 	Assert(slot->state == RLOCK_SLOT_IDLE);
@@ -423,6 +442,7 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 	switch (status)
 	{
 		case RLOCK_STATUS_NONE:
+		case RLOCK_STATUS_DECLINED:
 		case RLOCK_STATUS_OK:
 		case RLOCK_STATUS_BUSY:
 		case RLOCK_STATUS_NOT_HELD:
@@ -450,8 +470,10 @@ rlock_report_status(RlockStatus status, const char *key, int keylen)
 		case RLOCK_STATUS_NOT_SYNCED:
 			ereport(ERROR,
 					(errcode(ERRCODE_IO_ERROR),
+					 keylen > 0 ?
 					 errmsg("Redis replicas did not confirm lock \"%.*s\" in time",
-							keylen, key),
+							keylen, key) :
+					 errmsg("Redis replicas did not confirm the locks in time"),
 					 errdetail_internal("%s", last_detail),
 					 errhint("Check the replicas' links and lag (INFO replication on the primary); a superuser may raise rlock.sync_timeout or lower rlock.sync_replicas.")));
 			break;

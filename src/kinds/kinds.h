@@ -225,6 +225,21 @@ typedef struct RlockKindMethod
 							const RlockKindHold *hold);
 
 	/*
+	 * Optional (NULL: never): take n keys at once, all or none, for one
+	 * owner holding none of them (each hold's mode is the kind's first,
+	 * its amount 0 before and the step after), with a lease, in one
+	 * command whose keys the caller made sure share a slot in a Redis
+	 * Cluster.  No token, no yield mark, no tracking mark
+	 * (worker/send.c).  The result says whether all were taken, or which
+	 * one (from 0) someone else holds; false if the reply means nothing.
+	 */
+	void		(*acquire_set) (RlockArgs *args, RlockCmd *cmd,
+								const RlockKindHold *holds, int n,
+								int64 lease_ms);
+	bool		(*acquire_set_result) (const RlockReply *reply, int n,
+									   int *busy);
+
+	/*
 	 * Optional, for a kind with calls of its own on a key, such as setting
 	 * a semaphore's permits or counting a latch down (the SQL functions
 	 * name them by number): the command of call "which" with its argument;

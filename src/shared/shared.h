@@ -52,9 +52,19 @@ typedef enum RlockOp
 	RLOCK_OP_VERIFY,			/* are the session's holds still there */
 	RLOCK_OP_FORCE,				/* remove the key, whoever holds it */
 	RLOCK_OP_HOLDER,			/* who holds the key */
-	RLOCK_OP_CALL				/* one of the kind's calls on the key (its
+	RLOCK_OP_CALL,				/* one of the kind's calls on the key (its
 								 * call method): sent once, never again */
+	RLOCK_OP_ACQUIRE_SET		/* take one hold on each of several keys,
+								 * all or none, in one command, without
+								 * waiting (kinds/plain/multi.c) */
 } RlockOp;
+
+/*
+ * The most keys an ACQUIRE_SET takes in one command; its entries travel
+ * as (index, generation) pairs in the slot's key buffer, so fewer when
+ * rlock.max_key_length leaves less room.
+ */
+#define RLOCK_SET_MAX_KEYS		16
 
 /*
  * The kinds of lock, one line each: X(NUMBER, name) makes RLOCK_KIND_NUMBER
@@ -99,13 +109,20 @@ typedef enum RlockStatus
 {
 	RLOCK_STATUS_NONE,
 	RLOCK_STATUS_OK,			/* done; for ACQUIRE: the hold was granted */
-	RLOCK_STATUS_BUSY,			/* ACQUIRE: still held by another owner */
+	RLOCK_STATUS_BUSY,			/* ACQUIRE: still held by another owner;
+								 * ACQUIRE_SET: one of the keys is (value:
+								 * which, from 0) */
 	RLOCK_STATUS_NOT_HELD,		/* RELEASE: Redis no longer had the hold */
 	RLOCK_STATUS_CONNECTION,	/* Redis unreachable or not answering */
 	RLOCK_STATUS_REDIS_ERROR,	/* Redis answered with an error */
 	RLOCK_STATUS_SHUTDOWN,		/* the worker exited before answering */
-	RLOCK_STATUS_NOT_SYNCED		/* ACQUIRE: granted, but too few replicas
+	RLOCK_STATUS_NOT_SYNCED,	/* ACQUIRE: granted, but too few replicas
 								 * confirmed it; undone */
+	RLOCK_STATUS_DECLINED		/* ACQUIRE_SET: not taken in one command
+								 * (replicas confirm acquisitions, the keys
+								 * span slots of a Redis Cluster, Redis
+								 * answered with an error or not at all):
+								 * nothing is held, take them one by one */
 } RlockStatus;
 
 /* Life of a request slot; see README.md for who moves it where */
@@ -151,6 +168,9 @@ typedef struct RlockRequestArgs
 	int64		call_arg;		/* and its argument */
 	int			keylen;			/* EXISTS, PTTL, FORCE, HOLDER: the key's
 								 * length; 0 for none */
+	int			nset;			/* ACQUIRE_SET: how many entries, whose
+								 * (index, generation) pairs fill the key
+								 * buffer; 0 for any other request */
 } RlockRequestArgs;
 
 /*
@@ -178,7 +198,8 @@ typedef struct RlockSlot
 	/* the result: written by the worker before it becomes DONE */
 	RlockStatus status;
 	int64		value;			/* ACQUIRE: the token; VERIFY: holds lost;
-								 * EXISTS, PTTL: Redis's answer */
+								 * EXISTS, PTTL: Redis's answer;
+								 * ACQUIRE_SET, BUSY: the busy key */
 	char		detail[RLOCK_DETAIL_LEN];
 
 	char		key[FLEXIBLE_ARRAY_MEMBER];	/* args.keylen bytes and a NUL */

@@ -281,6 +281,140 @@ worker_acquire_reply(RlockConn *conn, WorkerCmd *wc, const RlockReply *reply)
 }
 
 /*
+ * An ACQUIRE_SET is settled with "status" (OK: every key granted, and
+ * confirmed where replicas must; BUSY: key "busy" was; DECLINED: the
+ * backend takes them one by one; NOT_SYNCED with "detail").  Answer it,
+ * or, if its backend gave up, hand back every key Redis granted.
+ */
+static void
+worker_set_settled(WorkerCmd *wc, RlockStatus status, int busy,
+				   const char *detail)
+{
+	WorkerReq  *req = worker_current(wc);
+	int			i;
+
+	if (status == RLOCK_STATUS_OK &&
+		(req == NULL ||
+		 !worker_answer(wc->slot, req->seq, RLOCK_STATUS_OK, 0, NULL)))
+	{
+		for (i = 0; i < wc->nholds; i++)
+			worker_hand_back(wc->holds[2 * i]);
+	}
+	else if (req == NULL)
+	{
+		for (i = 0; i < wc->nholds; i++)
+			rlock_hold_try_free(wc->holds[2 * i]);
+	}
+	if (req == NULL)
+		return;
+	worker_note_answered(req);
+	if (status == RLOCK_STATUS_OK)
+	{
+		req->granted = true;
+		worker_forget(req);
+	}
+	else
+		worker_complete(req, status, status == RLOCK_STATUS_BUSY ? busy : 0,
+						detail);
+}
+
+/*
+ * The reply of an ACQUIRE_SET: all granted, or none because one key was
+ * busy (its index goes to the backend, which waits for that one).  An
+ * error (the script fails before its first write, if at all), or no
+ * answer: the backend takes the keys one by one (RLOCK_STATUS_DECLINED);
+ * after no answer each entry's count is in doubt and restated, and the
+ * keys taken one by one find whatever the command took their own.  A
+ * grant that replicas must confirm waits for its WAIT (sync.c), which
+ * settles it with worker_set_synced().
+ */
+void
+worker_acquire_set_reply(RlockConn *conn, WorkerCmd *wc,
+						 const RlockReply *reply)
+{
+	WorkerReq  *req = worker_current(wc);
+	RlockKind	kind = rlock_hold(wc->holds[0])->kind;
+	TimestampTz expires = TimestampTzPlusMilliseconds(wc->cmd.sent_at,
+													  wc->lease_ms);
+	bool		answered = (reply != NULL &&
+							reply->type != RLOCK_REPLY_ERROR);
+	bool		doubt = (reply == NULL);
+	bool		granted;
+	bool		syncing;
+	int			busy = -1;
+	int			i;
+
+	if (answered &&
+		!rlock_kinds[kind]->acquire_set_result(reply, wc->nholds, &busy))
+	{
+		worker_unknown_status(conn, wc, kind);
+		answered = false;
+		doubt = true;
+	}
+	granted = answered && busy < 0;
+	syncing = granted && wc->sync_tag != 0;
+	for (i = 0; i < wc->nholds; i++)
+	{
+		int			index = wc->holds[2 * i];
+
+		if (granted)
+			(void) rlock_hold_grant(index, 1, expires, syncing, false);
+		else
+			(void) rlock_hold_refuse(index, doubt, false);
+		/* one that never ran (a cluster did not take it) needs no fence */
+		if (reply == NULL && wc->sync_tag != 0 && !wc->cmd.unsent)
+			worker_sync_lost_on(index, conn);
+	}
+	if (syncing)
+	{
+		worker_sync_granted(conn, wc, 0);
+		return;
+	}
+	for (i = 0; i < wc->nholds; i++)
+		worker_requeue_hold(wc->holds[2 * i]);
+
+	if (req != NULL && reply != NULL && reply->type == RLOCK_REPLY_ERROR &&
+		rlock_reply_classify(reply) == RLOCK_REPLY_NOSCRIPT)
+	{
+		worker_note_answered(req);
+		if (worker_noscript_retry(conn, req, wc))
+			return;
+	}
+	worker_set_settled(wc, granted ? RLOCK_STATUS_OK :
+					   answered ? RLOCK_STATUS_BUSY : RLOCK_STATUS_DECLINED,
+					   busy, NULL);
+}
+
+/*
+ * The WAIT behind a granted ACQUIRE_SET answered with "acks" (-1: not at
+ * all, or with an error): enough confirmations let the grant stand; too
+ * few undo it, each key's count restated, and the request fails; no
+ * answer undoes it too, and the backend takes the keys one by one.
+ */
+void
+worker_set_synced(WorkerCmd *wc, int64 acks)
+{
+	bool		confirmed = acks >= wc->sync_need;
+	char		detail[RLOCK_DETAIL_LEN];
+	int			i;
+
+	for (i = 0; i < wc->nholds; i++)
+	{
+		rlock_hold_settle(wc->holds[2 * i], 1, confirmed);
+		worker_requeue_hold(wc->holds[2 * i]);
+	}
+	if (confirmed)
+		worker_set_settled(wc, RLOCK_STATUS_OK, -1, NULL);
+	else if (acks < 0)
+		worker_set_settled(wc, RLOCK_STATUS_DECLINED, -1, NULL);
+	else
+	{
+		worker_sync_failure(wc->holds[0], wc->sync_need, acks, detail);
+		worker_set_settled(wc, RLOCK_STATUS_NOT_SYNCED, -1, detail);
+	}
+}
+
+/*
  * The reply to one batch of a VERIFY request.  Lost entries are marked
  * whatever became of the request; the request is answered, with the number
  * of holds lost, when the last batch of its latest sending is in.

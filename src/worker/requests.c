@@ -146,6 +146,33 @@ worker_set_state(WorkerReq *req, ReqState state)
 }
 
 /*
+ * The sync connection an acquisition of the request goes on when
+ * replicas must confirm it (sync.c), or NULL for a request that takes
+ * nothing.  A set's keys share it.
+ */
+RlockConn *
+worker_req_sync_conn(WorkerReq *req)
+{
+	if (req->args.op == RLOCK_OP_ACQUIRE)
+		return worker_hold_sync_conn(req->args.hold);
+	if (req->args.op == RLOCK_OP_ACQUIRE_SET)
+		return worker_hold_sync_conn(req->set[0]);
+	return NULL;
+}
+
+/*
+ * Must replicas confirm what the request takes now?
+ */
+static bool
+worker_req_synced(WorkerReq *req)
+{
+	RlockConn  *sync = worker_req_sync_conn(req);
+	int			ask;
+
+	return sync != NULL && rlock_redis_sync_need(sync, &ask) > 0;
+}
+
+/*
  * The latest a request whose commands go unanswered may wait before it
  * fails: rlock.command_timeout to be answered, rlock.connect_timeout to
  * find a connection again.  0 while nothing went unanswered.
@@ -159,8 +186,7 @@ worker_unanswered_deadline(WorkerReq *req)
 	return TimestampTzPlusMilliseconds(req->unanswered_since,
 									   (int64) rlock_command_timeout +
 									   rlock_connect_timeout +
-									   (req->args.op == RLOCK_OP_ACQUIRE &&
-										worker_sync_needed(req->args.hold) ?
+									   (worker_req_synced(req) ?
 										rlock_sync_timeout : 0));
 }
 
@@ -178,8 +204,8 @@ worker_make_pending(WorkerReq *req)
 	worker_set_state(req, REQ_PENDING);
 	dlist_push_tail(&pending, &req->pending_node);
 	if (!worker_req_ready(req) ||
-		(req->args.op == RLOCK_OP_ACQUIRE &&
-		 worker_sync_conn_missing(worker_hold_sync_conn(req->args.hold))))
+		(worker_req_sync_conn(req) != NULL &&
+		 worker_sync_conn_missing(worker_req_sync_conn(req))))
 		at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										 rlock_connect_timeout);
 	if (deadline != 0 && (at == 0 || deadline < at))
@@ -365,6 +391,15 @@ worker_forget(WorkerReq *req)
 	{
 		req->hold_counted = false;
 		rlock_hold_unref(req->args.hold);
+	}
+	if (req->set != NULL)
+	{
+		int			i;
+
+		for (i = 0; i < req->args.nset; i++)
+			rlock_hold_unref(req->set[2 * i]);
+		pfree(req->set);
+		req->set = NULL;
 	}
 }
 
@@ -574,8 +609,8 @@ worker_requests_sync_lost(RlockConn *sync)
 	{
 		WorkerReq  *req = &reqs[i];
 
-		if (req->state == REQ_PENDING && req->args.op == RLOCK_OP_ACQUIRE &&
-			req->timer_at == 0 && worker_hold_sync_conn(req->args.hold) == sync)
+		if (req->state == REQ_PENDING && req->timer_at == 0 &&
+			worker_req_sync_conn(req) == sync)
 			worker_timer_set(req,
 							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														 rlock_connect_timeout));
@@ -589,9 +624,9 @@ worker_requests_sync_lost(RlockConn *sync)
  */
 static void
 worker_start(WorkerReq *req, uint64 seq, const RlockRequestArgs *args,
-			 const char *key)
+			 const char *key, int *set)
 {
-	Assert(req->state == REQ_NONE && req->key == NULL);
+	Assert(req->state == REQ_NONE && req->key == NULL && req->set == NULL);
 	Assert(args->kind < RLOCK_NKINDS);
 	req->seq = seq;
 	req->args = *args;
@@ -608,12 +643,46 @@ worker_start(WorkerReq *req, uint64 seq, const RlockRequestArgs *args,
 	req->unanswered_since = 0;
 	req->quick_retries = 0;
 	req->last_try_at = 0;
+	req->set = set;
 	if (args->keylen > 0)
 	{
 		req->key = MemoryContextAlloc(rlock_worker_context, args->keylen + 1);
 		memcpy(req->key, key, args->keylen);
 		req->key[args->keylen] = '\0';
 	}
+}
+
+/*
+ * Count the worker in the worker_refs of an ACQUIRE_SET's entries, whose
+ * pairs the slot's key buffer holds; their copy, or NULL when one of them
+ * is gone (its backend gave the request up) or the pairs are not sane.
+ */
+static int *
+worker_set_ref(const RlockSlot *s, const RlockRequestArgs *args)
+{
+	int		   *set;
+	int			i;
+
+	if (args->nset < 1 || args->nset > RLOCK_SET_MAX_KEYS ||
+		args->nset * 2 * (int) sizeof(int) > rlock_max_key_length)
+		return NULL;
+	set = MemoryContextAlloc(rlock_worker_context,
+							 args->nset * 2 * sizeof(int));
+	memcpy(set, s->key, args->nset * 2 * sizeof(int));
+	for (i = 0; i < args->nset; i++)
+	{
+		if (set[2 * i] < 0 || set[2 * i] >= rlock_shared->nholds ||
+			!rlock_hold_ref(set[2 * i], (uint32) set[2 * i + 1]))
+		{
+			while (--i >= 0)
+				rlock_hold_unref(set[2 * i]);
+			pfree(set);
+			return NULL;
+		}
+	}
+	for (i = 0; i < args->nset; i++)
+		rlock_owners_note(set[2 * i]);
+	return set;
 }
 
 /*
@@ -627,6 +696,7 @@ worker_take_slot(int slot)
 	RlockSlotState state;
 	uint64		seq;
 	RlockRequestArgs args;
+	int		   *set = NULL;
 
 	memset(&args, 0, sizeof(args));
 	SpinLockAcquire(&s->mutex);
@@ -663,12 +733,21 @@ worker_take_slot(int slot)
 	}
 	if (args.hold >= 0)
 		rlock_owners_note(args.hold);
+	if (args.op == RLOCK_OP_ACQUIRE_SET &&
+		(set = worker_set_ref(s, &args)) == NULL)
+	{
+		if (args.hold >= 0)
+			rlock_hold_unref(args.hold);
+		(void) worker_answer(slot, seq, RLOCK_STATUS_SHUTDOWN, 0,
+							 "The request was given up.");
+		return;
+	}
 
 	/*
 	 * The backend does not touch the key while the slot is TAKEN; if it
 	 * gave the request up meanwhile, the copy is dropped below.
 	 */
-	worker_start(req, seq, &args, s->key);
+	worker_start(req, seq, &args, s->key, set);
 	worker_make_pending(req);
 
 	SpinLockAcquire(&s->mutex);

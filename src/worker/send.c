@@ -46,6 +46,8 @@ worker_req_conn(WorkerReq *req)
 {
 	if (req->key != NULL)
 		return rlock_redis_route(req->key, req->args.keylen);
+	if (req->set != NULL)
+		return worker_hold_conn(req->set[0]);
 	if (req->args.hold >= 0)
 		return worker_hold_conn(req->args.hold);
 	return rlock_redis_command_conn();
@@ -120,12 +122,23 @@ worker_req_missing_conn(WorkerReq *req)
  * acquire sent there directly once the map had changed.
  */
 static bool
+worker_hold_unsettled(int index, bool releases_too)
+{
+	RlockHold	copy;
+
+	if (!releases_too)
+		return worker_hold_acquiring(index);
+	rlock_hold_read(index, &copy);
+	return copy.acquiring || copy.queued || copy.resync || copy.unacked > 0 ||
+		copy.to_release > 0;
+}
+
+static bool
 worker_acquire_held_back(WorkerReq *req)
 {
 	int			index = req->args.hold;
 	RlockHold  *h = rlock_hold(index);
 	RlockConn  *sync = worker_hold_sync_conn(index);
-	RlockHold	copy;
 	int			ask;
 
 	if (rlock_redis_sync_need(sync, &ask) > 0)
@@ -141,12 +154,32 @@ worker_acquire_held_back(WorkerReq *req)
 		 */
 		if (req->handed && worker_release_inflight(h->key, h->keylen))
 			return true;
+		return worker_hold_unsettled(index, true);
 	}
-	else if (!rlock_redis_cluster())
-		return worker_hold_acquiring(index);
-	rlock_hold_read(index, &copy);
-	return copy.acquiring || copy.queued || copy.resync || copy.unacked > 0 ||
-		copy.to_release > 0;
+	return worker_hold_unsettled(index, rlock_redis_cluster());
+}
+
+/*
+ * Must an ACQUIRE_SET wait?  As an acquire of each of its entries would:
+ * its keys share their connections.
+ */
+static bool
+worker_set_held_back(WorkerReq *req)
+{
+	RlockConn  *sync = worker_req_sync_conn(req);
+	int			ask;
+	bool		synced = rlock_redis_sync_need(sync, &ask) > 0;
+	int			i;
+
+	if (synced && worker_sync_blocked(sync))
+		return true;
+	for (i = 0; i < req->args.nset; i++)
+	{
+		if (worker_hold_unsettled(req->set[2 * i],
+								  synced || rlock_redis_cluster()))
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -337,6 +370,103 @@ worker_send_acquire(WorkerReq *req)
 }
 
 /*
+ * May an ACQUIRE_SET go as one command?  Its kind must have one, its keys
+ * must share a slot in a Redis Cluster (and so their connections), and
+ * the owner must hold none of them: each entry's count 0, in the kind's
+ * first mode.  "holds" receives what the command names.
+ */
+static bool
+worker_set_eligible(WorkerReq *req, RlockKindHold *holds)
+{
+	int			first_slot = -1;
+	int			i;
+
+	if (rlock_kinds[req->args.kind]->acquire_set == NULL)
+		return false;
+	for (i = 0; i < req->args.nset; i++)
+	{
+		int			index = req->set[2 * i];
+		RlockHold  *h = rlock_hold(index);
+
+		/* only the worker changes count: no need to read it under the mutex */
+		if (h->count != 0 || h->kind != req->args.kind || h->mode != 0 ||
+			h->owner_id != req->args.owner_id)
+			return false;
+		if (rlock_redis_cluster())
+		{
+			int			slot = rlock_key_slot(h->key, h->keylen);
+
+			if (first_slot >= 0 && slot != first_slot)
+				return false;
+			first_slot = slot;
+		}
+		memset(&holds[i], 0, sizeof(RlockKindHold));
+		holds[i].key = h->key;
+		holds[i].keylen = h->keylen;
+		holds[i].owner_id = h->owner_id;
+		holds[i].mode = h->mode;
+	}
+	return true;
+}
+
+/*
+ * Send an ACQUIRE_SET: the kind's acquire_set over its entries, each
+ * asking for one hold, on the sync connection with a WAIT behind it when
+ * replicas must confirm it, as an acquire goes; or an answer that sends
+ * the backend the long way (RLOCK_STATUS_DECLINED).  Never a fencing token
+ * nor a tracking mark: a commit asks Redis about these holds, which the
+ * worker cannot vouch for.
+ */
+static void
+worker_send_acquire_set(WorkerReq *req)
+{
+	RlockKindHold holds[RLOCK_SET_MAX_KEYS];
+	RlockArgs  *args;
+	WorkerCmd  *wc;
+	RlockConn  *sync = worker_req_sync_conn(req);
+	int			ask;
+	int			need = rlock_redis_sync_need(sync, &ask);
+	RlockConn  *conn = need > 0 ? sync : worker_req_conn(req);
+	int			n = req->args.nset;
+	int			i;
+
+	if (!worker_set_eligible(req, holds))
+	{
+		worker_complete(req, RLOCK_STATUS_DECLINED, 0, NULL);
+		return;
+	}
+	wc = worker_cmd_new(WORKER_CMD_ACQUIRE_SET);
+	wc->slot = worker_slot_of(req);
+	wc->seq = req->seq;
+	wc->lease_ms = worker_lease(req->args.lease_ms);
+	wc->nholds = n;
+	wc->holds = MemoryContextAlloc(rlock_worker_context,
+								   n * 2 * sizeof(int));
+	memcpy(wc->holds, req->set, n * 2 * sizeof(int));
+	for (i = 0; i < n; i++)
+	{
+		int32		target PG_USED_FOR_ASSERTS_ONLY;
+
+		target = rlock_hold_acquire_begin(req->set[2 * i], 1);
+		Assert(target == 1);
+	}
+	if (need > 0)
+		worker_sync_join(sync, need, ask, wc);
+	args = worker_args();
+	rlock_kinds[req->args.kind]->acquire_set(args, &wc->cmd, holds, n,
+											 wc->lease_ms);
+	req->tried = true;
+	req->last_try_at = GetCurrentTimestamp();
+	worker_set_state(req, REQ_INFLIGHT);
+	if (!worker_cmd_send(conn, wc, args))
+	{
+		for (i = 0; i < n; i++)
+			(void) rlock_hold_refuse(req->set[2 * i], false, false);
+		worker_make_pending(req);
+	}
+}
+
+/*
  * Would a commit now trust every hold of the VERIFY's owner without
  * asking (shared/vouch.c), by its backend's rlock.verify_at_commit and
  * rlock.verify_window (args.fresh_after)?  Its backend asked because
@@ -478,8 +608,8 @@ worker_may_send(WorkerReq *req)
 {
 	if (!worker_req_ready(req))
 		return false;
-	if (req->args.op == RLOCK_OP_ACQUIRE ?
-		worker_acquire_held_back(req) :
+	if (req->args.op == RLOCK_OP_ACQUIRE ? worker_acquire_held_back(req) :
+		req->args.op == RLOCK_OP_ACQUIRE_SET ? worker_set_held_back(req) :
 		(req->args.op == RLOCK_OP_RELEASE ||
 		 req->args.op == RLOCK_OP_BARRIER ||
 		 req->args.op == RLOCK_OP_VERIFY) &&
@@ -507,6 +637,8 @@ worker_send(WorkerReq *req)
 {
 	if (req->args.op == RLOCK_OP_ACQUIRE)
 		worker_send_acquire(req);
+	else if (req->args.op == RLOCK_OP_ACQUIRE_SET)
+		worker_send_acquire_set(req);
 	else if (req->args.op == RLOCK_OP_VERIFY)
 		worker_send_verify(req);
 	else

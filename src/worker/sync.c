@@ -286,12 +286,32 @@ worker_sync_flush(void)
  * previous count is restated, as after any unconfirmed grant) and the
  * request fails, or, when the answer was lost, tries again.
  */
+/*
+ * Too few of the "need" replicas confirmed an acquisition of entry
+ * "index" ("acks" did): say so in rlock_status(), and in "detail" (room
+ * for RLOCK_DETAIL_LEN) for the request's answer.
+ */
+void
+worker_sync_failure(int index, int need, int64 acks, char *detail)
+{
+	snprintf(detail, RLOCK_DETAIL_LEN,
+			 INT64_FORMAT " of the %d replicas needed confirmed it within rlock.sync_timeout (%d ms) at %s; the acquisition was undone.",
+			 acks, need, rlock_sync_timeout,
+			 rlock_conn_address(worker_hold_sync_conn(index)));
+	rlock_redis_sync_failed(detail);
+}
+
 static void
 worker_sync_settle(WorkerCmd *wc, int64 acks, const RlockReply *reply)
 {
 	WorkerReq  *req;
 	bool		confirmed = acks >= wc->sync_need;
 
+	if (wc->type == WORKER_CMD_ACQUIRE_SET)
+	{
+		worker_set_synced(wc, acks);
+		return;
+	}
 	rlock_hold_settle(wc->hold, wc->target, confirmed);
 	worker_requeue_hold(wc->hold);
 
@@ -311,13 +331,21 @@ worker_sync_settle(WorkerCmd *wc, int64 acks, const RlockReply *reply)
 	{
 		char		detail[RLOCK_DETAIL_LEN];
 
-		snprintf(detail, sizeof(detail),
-				 INT64_FORMAT " of the %d replicas needed confirmed it within rlock.sync_timeout (%d ms) at %s; the acquisition was undone.",
-				 acks, wc->sync_need, rlock_sync_timeout,
-				 rlock_conn_address(worker_hold_sync_conn(wc->hold)));
-		rlock_redis_sync_failed(detail);
+		worker_sync_failure(wc->hold, wc->sync_need, acks, detail);
 		worker_complete(req, RLOCK_STATUS_NOT_SYNCED, 0, detail);
 	}
+}
+
+/*
+ * Free a copy of a granted acquisition's command, with the entries it
+ * names (an ACQUIRE_SET's, taken from the original: worker_sync_granted).
+ */
+static void
+worker_sync_free(WorkerCmd *g)
+{
+	if (g->holds != NULL)
+		pfree(g->holds);
+	pfree(g);
 }
 
 /*
@@ -327,7 +355,7 @@ static void
 worker_sync_settle_now(WorkerCmd *g, int64 acks)
 {
 	worker_sync_settle(g, acks, NULL);
-	pfree(g);
+	worker_sync_free(g);
 }
 
 /*
@@ -362,6 +390,7 @@ worker_sync_granted(RlockConn *conn, WorkerCmd *wc, int64 value)
 
 	*g = *wc;
 	g->sync_value = value;
+	wc->holds = NULL;			/* the copy's now */
 	MemoryContextSwitchTo(old);
 
 	if (conn == wc->sent_on)
@@ -441,7 +470,7 @@ worker_sync_settle_tag(uint64 tag, int64 acks, const RlockReply *reply)
 		WorkerCmd  *g = (WorkerCmd *) lfirst(lc);
 
 		worker_sync_settle(g, acks, reply);
-		pfree(g);
+		worker_sync_free(g);
 	}
 	list_free(mine);
 }

@@ -750,6 +750,7 @@ rlock_track_sending(WorkerCmd *wc)
 			break;
 		case WORKER_CMD_RENEW:
 		case WORKER_CMD_VERIFY:
+		case WORKER_CMD_ACQUIRE_SET:
 			for (i = 0; i < wc->nholds; i++)
 				track_note_write(wc->holds[2 * i], wc->holds[2 * i + 1]);
 			break;

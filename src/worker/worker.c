@@ -137,6 +137,7 @@ worker_unknown_status(RlockConn *conn, const WorkerCmd *wc, RlockKind kind)
 		[WORKER_CMD_RENEW] = "a renewal batch",
 		[WORKER_CMD_VERIFY] = "a check batch",
 		[WORKER_CMD_TRANSFER] = "a transfer",
+		[WORKER_CMD_ACQUIRE_SET] = "a set's acquire",
 	};
 	char		detail[96];
 
@@ -179,6 +180,7 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_VERIFY:
 		case WORKER_CMD_SYNC:
 		case WORKER_CMD_TRANSFER:
+		case WORKER_CMD_ACQUIRE_SET:
 			if (reply != NULL)
 				rlock_latency(RLOCK_LATENCY_ROUND_TRIP,
 							  GetCurrentTimestamp() - cmd->sent_at);
@@ -224,6 +226,9 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 		case WORKER_CMD_TRANSFER:
 			worker_transfer_reply(conn, wc, reply);
+			break;
+		case WORKER_CMD_ACQUIRE_SET:
+			worker_acquire_set_reply(conn, wc, reply);
 			break;
 	}
 	worker_cmd_free(wc);

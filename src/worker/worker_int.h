@@ -41,8 +41,9 @@ typedef enum WorkerCmdType
 								 * or a waiter leaving a queue (give_up);
 								 * the reply does not matter */
 	WORKER_CMD_TRACK,			/* client-side tracking (track.c) */
-	WORKER_CMD_TRANSFER			/* a release that hands the lock to a
+	WORKER_CMD_TRANSFER,		/* a release that hands the lock to a
 								 * local waiter (transfer.c) */
+	WORKER_CMD_ACQUIRE_SET		/* the acquire_set script for a request */
 } WorkerCmdType;
 
 /*
@@ -66,8 +67,10 @@ typedef struct WorkerCmd
 	bool		want_token;		/* ACQUIRE: a fencing token was asked for */
 	int			handoff;		/* RELEASE: RLOCK_HANDED_OFF* */
 	RlockKind	kind;			/* RENEW, VERIFY: of every entry in the batch */
-	int			nholds;			/* RENEW, VERIFY: entries in the batch */
-	int		   *holds;			/* RENEW, VERIFY: entry and generation pairs */
+	int			nholds;			/* RENEW, VERIFY: entries in the batch;
+								 * ACQUIRE_SET: in the set */
+	int		   *holds;			/* RENEW, VERIFY, ACQUIRE_SET: entry and
+								 * generation pairs */
 	void	   *group;			/* (UN)SUBSCRIBE: the waiters' group */
 	uint64		sync_tag;		/* ACQUIRE, SYNC: pairs an acquire with its
 								 * WAIT; 0 for an acquire not synced */
@@ -115,6 +118,9 @@ typedef struct WorkerReq
 	RlockRequestArgs args;		/* as its backend asked (the slot's) */
 	bool		hold_counted;	/* counted in the entry's worker_refs */
 	char	   *key;			/* the key of args.keylen bytes, or NULL */
+	int		   *set;			/* ACQUIRE_SET: args.nset entry and
+								 * generation pairs, each counted in its
+								 * entry's worker_refs; else NULL */
 	int			batches;		/* VERIFY: batch replies still to come */
 	int			attempt;		/* VERIFY: sending of the batches */
 	int64		lost;			/* VERIFY: holds found lost so far */
@@ -151,6 +157,7 @@ extern WorkerReq *worker_req(int slot);
 extern int	worker_slot_of(WorkerReq *req);
 extern void worker_set_state(WorkerReq *req, ReqState state);
 extern void worker_timer_set(WorkerReq *req, TimestampTz at);
+extern RlockConn *worker_req_sync_conn(WorkerReq *req);
 extern void worker_make_pending(WorkerReq *req);
 extern void worker_note_answered(WorkerReq *req);
 extern void worker_note_unanswered(WorkerReq *req, WorkerCmd *wc);
@@ -193,6 +200,9 @@ extern bool worker_in_line(int slot, const char *key, int keylen);
 extern void worker_grant(WorkerCmd *wc, WorkerReq *req, int64 value);
 extern void worker_acquire_reply(RlockConn *conn, WorkerCmd *wc,
 								 const RlockReply *reply);
+extern void worker_acquire_set_reply(RlockConn *conn, WorkerCmd *wc,
+									 const RlockReply *reply);
+extern void worker_set_synced(WorkerCmd *wc, int64 acks);
 extern void worker_verify_reply(RlockConn *conn, WorkerCmd *wc,
 								const RlockReply *reply);
 extern void worker_query_reply(RlockConn *conn, WorkerCmd *wc,
@@ -208,6 +218,8 @@ extern void worker_sync_join(RlockConn *sync, int need, int ask,
 							 WorkerCmd *wc);
 extern void worker_sync_granted(RlockConn *conn, WorkerCmd *wc, int64 value);
 extern void worker_sync_lost_on(int index, RlockConn *conn);
+extern void worker_sync_failure(int index, int need, int64 acks,
+								char *detail);
 extern void worker_sync_reply(RlockConn *conn, WorkerCmd *wc,
 							  const RlockReply *reply);
 extern bool worker_sync_may_resync(int index);

@@ -25,6 +25,14 @@
  *   in the order than the last one; a member after the anchor that stays
  *   busy until the wait runs out ends the call.
  *
+ * The first round goes to Redis as one command (rlock_acquire_set, the
+ * kind's acquire_set.lua) when the set has 2 to RLOCK_SET_MAX_KEYS
+ * exclusive members, none held by the session: all taken, or none and
+ * the busy one named, which becomes the anchor as it would member by
+ * member.  The worker declines sets of several slots of a Redis Cluster,
+ * and a command that went unanswered or failed; those are tried one by
+ * one.
+ *
  * No deadlock between sets: a call waits either holding nothing of its
  * set (for the anchor) or holding only members ordered before the one it
  * waits for.  In a cycle of sessions each waiting for a key the next one
@@ -241,8 +249,52 @@ multi_give_back(SetMember *members, int n, bool session)
 }
 
 /*
+ * The first round in one command, for a set of exclusive keys none of
+ * which the session holds (rlock_acquire_set says which sets it serves).
+ * True when it was so tried: then *busy is -1 when every member is held,
+ * or the member that was busy, and nothing of the set is held.  An error
+ * status is raised.
+ */
+static bool
+multi_take_at_once(SetMember *members, int n, bool session, int64 lease_ms,
+				   int *busy)
+{
+	RlockKeyRef keys[RLOCK_SET_MAX_KEYS];
+	RlockStatus status;
+	int			i;
+
+	if (n > RLOCK_SET_MAX_KEYS)
+		return false;
+	for (i = 0; i < n; i++)
+	{
+		if (members[i].mode != RLOCK_MODE_EXCLUSIVE)
+			return false;
+		keys[i].data = members[i].key.redis;
+		keys[i].len = members[i].key.len;
+	}
+	*busy = -1;
+	status = rlock_acquire_set(RLOCK_KIND_PLAIN, keys, n, session, lease_ms,
+							   busy);
+	if (status == RLOCK_STATUS_DECLINED)
+		return false;
+	rlock_report_status(status, NULL, 0);
+	Assert(status == RLOCK_STATUS_OK || status == RLOCK_STATUS_BUSY);
+	if (status == RLOCK_STATUS_OK)
+	{
+		for (i = 0; i < n; i++)
+			members[i].taken = true;
+		*busy = -1;
+	}
+	else if (*busy < 0 || *busy >= n)
+		elog(ERROR, "rlock: a set's busy member %d is out of range", *busy);
+	return true;
+}
+
+/*
  * The rounds of the file header.  True when every member is held; false
- * when the wait ran out, with what this call took still held.
+ * when the wait ran out, with what this call took still held.  The first
+ * round goes in one command when it can (multi_take_at_once), and ends
+ * as the member by member one would.
  */
 static bool
 multi_take_rounds(SetMember *members, int n, bool session,
@@ -250,6 +302,9 @@ multi_take_rounds(SetMember *members, int n, bool session,
 {
 	int			anchor = -1;
 
+	if (multi_take_at_once(members, n, session, lease_ms, &anchor) &&
+		anchor < 0)
+		return true;
 	for (;;)
 	{
 		int			busy = -1;

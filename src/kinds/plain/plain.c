@@ -44,6 +44,7 @@ static int	script_transfer;
 static int	script_yield;
 static int	script_acquire_shared;
 static int	script_release_shared;
+static int	script_acquire_set;
 
 static void
 plain_init(void)
@@ -61,6 +62,8 @@ plain_init(void)
 												  acquire_shared_lua);
 	script_release_shared = rlock_script_register("release_shared",
 												  release_shared_lua);
+	script_acquire_set = rlock_script_register("acquire_set",
+											   acquire_set_lua);
 }
 
 /*
@@ -197,6 +200,41 @@ plain_acquire(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *hold,
 		rlock_args_add(args, "", 0);
 	cmd->shape = RLOCK_SHAPE_INTEGERS;
 	cmd->nelements = 3;
+}
+
+/*
+ * EVALSHA acquire_set n key... lease owner: the owner is the same for
+ * every key of the set (one session, exclusive)
+ */
+static void
+plain_acquire_set(RlockArgs *args, RlockCmd *cmd, const RlockKindHold *holds,
+				  int n, int64 lease_ms)
+{
+	int			i;
+
+	Assert(n > 0);
+	rlock_args_script(args, script_acquire_set, n);
+	for (i = 0; i < n; i++)
+	{
+		Assert(holds[i].mode == RLOCK_MODE_EXCLUSIVE &&
+			   holds[i].owner_id == holds[0].owner_id);
+		rlock_args_add(args, holds[i].key, holds[i].keylen);
+	}
+	rlock_args_int(args, lease_ms);
+	rlock_kind_owner(args, &holds[0]);
+	cmd->shape = RLOCK_SHAPE_INTEGER;
+}
+
+/*
+ * 0: all taken; i from 1: the ith is busy.  Anything else means nothing.
+ */
+static bool
+plain_acquire_set_result(const RlockReply *reply, int n, int *busy)
+{
+	if (reply->integer < 0 || reply->integer > n)
+		return false;
+	*busy = (int) reply->integer - 1;
+	return true;
 }
 
 /*
@@ -423,6 +461,8 @@ const RlockKindMethod rlock_kind_plain = {
 	.step = 1,
 	.acquire = plain_acquire,
 	.acquire_result = plain_acquire_result,
+	.acquire_set = plain_acquire_set,
+	.acquire_set_result = plain_acquire_set_result,
 	.release = plain_release,
 	.release_result = plain_release_result,
 	.batch = plain_batch,
