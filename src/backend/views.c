@@ -220,23 +220,36 @@ views_read_hold(int index, LockRow *r)
 }
 
 /*
- * Read slot "index" into a row if it carries an acquire not yet answered.
+ * Read slot "index" into a row if it carries an acquire not yet answered,
+ * with the entries it takes in "pairs" (entry and generation pairs, room
+ * for RLOCK_SET_MAX_KEYS of them): an acquire's one, or each key's of the
+ * first round of a set, whose pairs fill the slot's key buffer (its
+ * backend leaves the buffer alone while the request is pending or taken).
+ * Returns how many entries; 0 for a slot with no such acquire.
  */
-static bool
-views_read_slot(int index, LockRow *r)
+static int
+views_read_slot(int index, LockRow *r, int *pairs)
 {
 	RlockSlot  *s = rlock_slot(index);
-	bool		acquiring;
-	int			hold;
-	uint32		generation;
+	bool		pending;
+	int			n = 0;
 
 	memset(r, 0, sizeof(LockRow));
 	SpinLockAcquire(&s->mutex);
-	acquiring = (s->args.op == RLOCK_OP_ACQUIRE &&
-				 (s->state == RLOCK_SLOT_PENDING ||
-				  s->state == RLOCK_SLOT_TAKEN));
-	hold = s->args.hold;
-	generation = s->args.hold_generation;
+	pending = (s->state == RLOCK_SLOT_PENDING ||
+			   s->state == RLOCK_SLOT_TAKEN);
+	if (pending && s->args.op == RLOCK_OP_ACQUIRE && s->args.hold >= 0)
+	{
+		pairs[0] = s->args.hold;
+		pairs[1] = (int) s->args.hold_generation;
+		n = 1;
+	}
+	else if (pending && s->args.op == RLOCK_OP_ACQUIRE_SET &&
+			 s->args.nset > 0 && s->args.nset <= RLOCK_SET_MAX_KEYS)
+	{
+		n = s->args.nset;
+		memcpy(pairs, s->key, n * 2 * sizeof(int));
+	}
 	r->waiting = true;
 	r->busy = s->busy;
 	r->session = s->args.session;
@@ -250,17 +263,13 @@ views_read_slot(int index, LockRow *r)
 	r->wait_started = s->submitted_at;
 	r->wait_until = s->args.wait_until;
 	SpinLockRelease(&s->mutex);
-
-	if (!acquiring || hold < 0)
-		return false;
-	r->key = rlock_hold_copy_key(hold, generation, &r->keylen,
-								 &r->prefixlen);
-	return r->key != NULL;
+	return n;
 }
 
 /*
  * rlock_locks(): one row per scope held by a session on a key, per entry
- * whose holds are being released, and per acquire not yet answered.
+ * whose holds are being released, and per key of an acquire not yet
+ * answered (a set's first round takes several in one request).
  */
 Datum
 rlock_locks(PG_FUNCTION_ARGS)
@@ -300,14 +309,25 @@ rlock_locks(PG_FUNCTION_ARGS)
 	for (i = 0; i < rlock_shared->nslots; i++)
 	{
 		LockRow		r;
+		int			pairs[2 * RLOCK_SET_MAX_KEYS];
+		int			n = views_read_slot(i, &r, pairs);
 		bool		visible;
+		int			j;
 
-		if (!views_read_slot(i, &r))
+		if (n == 0)
 			continue;
 		visible = see_all || has_privs_of_role(GetUserId(), r.userid);
-		views_emit_lock(rsinfo, &r, r.session ? "session" : "transaction",
-						-1, r.busy ? "waiting" : "acquiring", visible);
-		pfree(r.key);
+		for (j = 0; j < n; j++)
+		{
+			r.key = rlock_hold_copy_key(pairs[2 * j],
+										(uint32) pairs[2 * j + 1],
+										&r.keylen, &r.prefixlen);
+			if (r.key == NULL)
+				continue;
+			views_emit_lock(rsinfo, &r, r.session ? "session" : "transaction",
+							-1, r.busy ? "waiting" : "acquiring", visible);
+			pfree(r.key);
+		}
 	}
 	return (Datum) 0;
 }
