@@ -119,10 +119,11 @@ typedef enum RlockStatus
 	RLOCK_STATUS_NOT_SYNCED,	/* ACQUIRE: granted, but too few replicas
 								 * confirmed it; undone */
 	RLOCK_STATUS_DECLINED		/* ACQUIRE_SET: not taken in one command
-								 * (replicas confirm acquisitions, the keys
-								 * span slots of a Redis Cluster, Redis
-								 * answered with an error or not at all):
-								 * nothing is held, take them one by one */
+								 * (a key held already, the keys span
+								 * slots of a Redis Cluster, Redis answered
+								 * the command or its WAIT with an error
+								 * or not at all): nothing is held, take
+								 * them one by one */
 } RlockStatus;
 
 /* Life of a request slot; see README.md for who moves it where */
