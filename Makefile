@@ -169,7 +169,7 @@ fuzz-replay: $(FUZZ_OUT)/fuzz_reply
 		{ cat $(FUZZ_OUT)/replay.log; exit 1; }
 	@tail -1 $(FUZZ_OUT)/replay.log
 
-.PHONY: test test-acl test-matrix interop demo bench fuzz fuzz-replay dist deb
+.PHONY: test test-acl test-long test-matrix interop demo bench fuzz fuzz-replay dist deb
 # every suite on PostgreSQL 15 and Redis 7.0, the packages, and the core
 # suites of the matrix's newer rows (test/matrix/README.md)
 test:
@@ -180,6 +180,11 @@ test:
 # in make test, checks those lines themselves)
 test-acl:
 	RLOCK_ONLY=acl test/harness/run-tests
+
+# the TAP tests that wait out leases and failovers for minutes, which
+# make test leaves out (test/harness/run-tests: long_tests)
+test-long:
+	RLOCK_TAP="035 058 063" test/harness/run-tests
 
 # every suite on every row of the matrix
 test-matrix:
