@@ -263,6 +263,25 @@ sub timed_psql
 	return ($rc, $out, $err, time - $t0);
 }
 
+# Run $sql in session $s (RlockTest::session's) while $redis sleeps for a
+# second (DEBUG SLEEP: the server started with --enable-debug-command
+# local), so that its commands go unanswered past a short
+# rlock.command_timeout.  Returns its output, its error output, and what
+# $mon, a MONITOR connection of $redis, saw meanwhile (a list reference).
+sub while_redis_sleeps
+{
+	my ($redis, $mon, $s, $sql) = @_;
+	$mon->drain(0.05);
+	my $dbg = $redis->connect;
+	$dbg->send_cmd('DEBUG', 'SLEEP', '1');
+	$s->{stderr} = '';
+	my $out = $s->query($sql);
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	$dbg->read_reply(5);
+	return ($out, $err, [ $mon->drain(0.3) ]);
+}
+
 # A background_psql session of $node that goes on after an error, with
 # verbose errors (SQLSTATEs); its backend's pid is $s->{rlock_pid}, its
 # node $s->{rlock_node}.

@@ -45,16 +45,10 @@ $s->query_safe('\set VERBOSITY verbose');
 sub while_redis_sleeps
 {
 	my ($sql, $key) = @_;
-	$mon->drain(0.05);
-	my $dbg = $redis->connect;
-	$dbg->send_cmd('DEBUG', 'SLEEP', '1');
-	$s->{stderr} = '';
-	my $out = $s->query($sql);
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	$dbg->read_reply(5);
+	my ($out, $err, $lines) =
+	  RlockTest::while_redis_sleeps($redis, $mon, $s, $sql);
 	my @ran;
-	for my $line ($mon->drain(0.3))
+	for my $line (@$lines)
 	{
 		next unless $line =~ /^[\d.]+ \[\d+ ([\d.:]+)\] "EVALSHA" (.*)$/;
 		my ($client, $args) = ($1, $2);

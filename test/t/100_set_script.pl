@@ -230,16 +230,9 @@ my $owner;
 # Run $sql in $s while Redis sleeps for a second
 sub while_redis_sleeps
 {
-	my ($sql) = @_;
-	$mon->drain(0.05);
-	my $dbg = $redis->connect;
-	$dbg->send_cmd('DEBUG', 'SLEEP', '1');
-	$s->{stderr} = '';
-	my $out = $s->query($sql);
-	my $err = $s->{stderr};
-	$s->{stderr} = '';
-	$dbg->read_reply(5);
-	return ($out, $err, [ acquires($mon->drain(0.3)) ]);
+	my ($out, $err, $lines) =
+	  RlockTest::while_redis_sleeps($redis, $mon, $s, $_[0]);
+	return ($out, $err, [ acquires(@$lines) ]);
 }
 
 {
