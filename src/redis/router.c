@@ -673,8 +673,15 @@ router_redirect(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		router_defer(conn, cmd, "a redirection to a node the slot map does not name");
 		return true;
 	}
-	/* its connection is made if it is not (a deferred command finds it
-	 * ready when sent again) */
+	/*
+	 * Its connection is made if it is not (a deferred command finds it
+	 * ready when sent again).  A sync connection's command goes on the
+	 * target's command connection while the target's sync connection is
+	 * not ready, and its sender undoes a grant made there: that sync
+	 * connection is wanted too, or a slot importing on a primary not used
+	 * lately would never take a synced acquisition.
+	 */
+	target->conn[conn->use]->used_at = GetCurrentTimestamp();
 	router_target_conn(target, conn->use)->used_at = GetCurrentTimestamp();
 	if (moved)
 	{

@@ -24,7 +24,9 @@
 #   command; a replica that does not confirm in time fails the call and
 #   undoes every key;
 # - a Redis Cluster: keys of one slot in one command on their primary,
-#   confirmed by its replica; keys of several slots member by member.
+#   confirmed by its replica; keys of several slots member by member; a
+#   set and a key of a slot migrating to a primary not used yet, asked
+#   for there (ASK) and confirmed by its replica.
 use strict;
 use warnings;
 
@@ -322,6 +324,23 @@ $s->quit;
 	my $cluster = RlockTest::Cluster->start(primaries => 3, replicas => 1);
 	my ($cn) = RlockTest::cluster_nodes($cluster, 'set_script_cluster');
 	my $t = RlockTest::session($cn);
+
+	# a slot migrating to a primary this instance has not used: the first
+	# key of the slot is asked for there (ASK), with replicas confirming
+	my ($from, $to) = ($cluster->primaries)[ 0, 1 ];
+	my ($mk) = grep { $cluster->owner($cluster->slot($_))->port == $from->port }
+	  map { "mk$_" } 1 .. 100;
+	my $mslot = $cluster->slot($mk);
+	$cluster->migrate_begin($mslot, $to);
+	is($t->query_safe("SELECT rlock_session_try_set('{\"{$mk}a\",\"{$mk}b\"}')"), 't',
+		'a set of a migrating slot, asked for on its new primary, is taken');
+	is($t->query_safe("SELECT rlock_session_try('$mk')"), 't',
+		'and a single key of it');
+	is(join(',', map { $to->cmd('ASKING'); $to->cmd('EXISTS', $_) } "{$mk}a", "{$mk}b", $mk),
+		'1,1,1', 'on the importing primary');
+	$t->query_safe("SELECT rlock_session_release_set('{\"{$mk}a\",\"{$mk}b\"}')");
+	$t->query_safe("SELECT rlock_session_release('$mk')");
+	$cluster->migrate_end($mslot);
 	my $owner_node = $cluster->owner($cluster->slot('{tag}'));
 	my $cmon = $owner_node->monitor;
 	$cmon->drain(0.05);
