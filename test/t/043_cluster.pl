@@ -266,7 +266,10 @@ ok(RlockTest::wait_until(sub { stat_of($na, 'renewals') >= $renewals0 + 15 }, 10
 	'the watchdog renewed the 15 locks');
 my $calls = stat_of($na, 'renewal_calls') - $calls0;
 my $renewed = stat_of($na, 'renewals') - $renewals0;
-ok($calls * 5 <= $renewed, "one renewal call per primary: $calls calls for $renewed renewals");
+# five locks a primary: one call renews them together, two when the
+# locks' renewals fall due on two ticks (a loaded machine); one a lock
+# would be a call a renewal
+ok($calls * 2 <= $renewed, "renewals batched by primary: $calls calls for $renewed renewals");
 $renewer->query_safe("SELECT rlock_session_release(k) FROM unnest(ARRAY[$list]) k");
 $renewer->quit;
 
