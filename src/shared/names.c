@@ -31,6 +31,26 @@
 #include "shared/shared.h"
 
 /*
+ * Write the key at buf in braces, its hash tag, unless it has a brace
+ * already (Redisson's names keep such a key as it is); returns the length
+ * written, keylen plus 2 at most.  No NUL.
+ */
+static int
+names_hash_tagged(char *buf, const char *key, int keylen)
+{
+	int			len = 0;
+	bool		braces = (memchr(key, '{', keylen) == NULL);
+
+	if (braces)
+		buf[len++] = '{';
+	memcpy(buf + len, key, keylen);
+	len += keylen;
+	if (braces)
+		buf[len++] = '}';
+	return len;
+}
+
+/*
  * Write a name Redisson derives from a lock key into buf: the prefix, then
  * the key in braces, or as it is when it contains "{" already.  buf must
  * have room for RLOCK_CHANNEL_MAXLEN(keylen) bytes: a prefix is at most
@@ -41,16 +61,10 @@ int
 rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
 {
 	int			len = strlen(prefix);
-	bool		braces = (memchr(key, '{', keylen) == NULL);
 
 	Assert(len <= strlen(RLOCK_LATCH_PREFIX));
 	memcpy(buf, prefix, len);
-	if (braces)
-		buf[len++] = '{';
-	memcpy(buf + len, key, keylen);
-	len += keylen;
-	if (braces)
-		buf[len++] = '}';
+	len += names_hash_tagged(buf + len, key, keylen);
 	buf[len] = '\0';
 	return len;
 }
@@ -64,15 +78,8 @@ rlock_derived_name(char *buf, const char *prefix, const char *key, int keylen)
 int
 rlock_suffixed_name(char *buf, const char *key, int keylen, const char *suffix)
 {
-	int			len = 0;
-	bool		braces = (memchr(key, '{', keylen) == NULL);
+	int			len = names_hash_tagged(buf, key, keylen);
 
-	if (braces)
-		buf[len++] = '{';
-	memcpy(buf + len, key, keylen);
-	len += keylen;
-	if (braces)
-		buf[len++] = '}';
 	strcpy(buf + len, suffix);
 	return len + strlen(suffix);
 }
