@@ -200,12 +200,12 @@ worker_make_pending(WorkerReq *req)
 {
 	TimestampTz at = 0;
 	TimestampTz deadline = worker_unanswered_deadline(req);
+	RlockConn  *sync = worker_req_sync_conn(req);
 
 	worker_set_state(req, REQ_PENDING);
 	dlist_push_tail(&pending, &req->pending_node);
 	if (!worker_req_ready(req) ||
-		(worker_req_sync_conn(req) != NULL &&
-		 worker_sync_conn_missing(worker_req_sync_conn(req))))
+		(sync != NULL && worker_sync_conn_missing(sync)))
 		at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										 rlock_connect_timeout);
 	if (deadline != 0 && (at == 0 || deadline < at))

@@ -112,14 +112,8 @@ worker_req_missing_conn(WorkerReq *req)
 }
 
 /*
- * Must an acquire for the entry wait?  While an earlier one is on the
- * wire, always.  When acquisitions are synced they go on a connection of
- * their own, which orders nothing against the command connection: they
- * also wait until every release and restatement of the entry was
- * answered, lest one that Redis runs later undo the grant.  And they wait
- * for the sync connection.  In a Redis Cluster too: a release on the wire
- * to a node that answers MOVED is sent again to the new primary, after an
- * acquire sent there directly once the map had changed.
+ * Is an acquire for the entry on the wire, or, with "releases_too", also
+ * anything queued on it or sent for it and not answered yet?
  */
 static bool
 worker_hold_unsettled(int index, bool releases_too)
@@ -133,6 +127,16 @@ worker_hold_unsettled(int index, bool releases_too)
 		copy.to_release > 0;
 }
 
+/*
+ * Must an acquire for the entry wait?  While an earlier one is on the
+ * wire, always.  When acquisitions are synced they go on a connection of
+ * their own, which orders nothing against the command connection: they
+ * also wait until every release and restatement of the entry was
+ * answered, lest one that Redis runs later undo the grant.  And they wait
+ * for the sync connection.  In a Redis Cluster too: a release on the wire
+ * to a node that answers MOVED is sent again to the new primary, after an
+ * acquire sent there directly once the map had changed.
+ */
 static bool
 worker_acquire_held_back(WorkerReq *req)
 {

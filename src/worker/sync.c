@@ -102,17 +102,6 @@ worker_sync_conn_missing(RlockConn *sync)
 }
 
 /*
- * Must an acquisition for entry "index" be confirmed by replicas now?
- */
-bool
-worker_sync_needed(int index)
-{
-	int			ask;
-
-	return rlock_redis_sync_need(worker_hold_sync_conn(index), &ask) > 0;
-}
-
-/*
  * May no synced acquisition go out on this connection now: is it down,
  * or a WAIT on the wire?
  */

@@ -212,7 +212,6 @@ extern void worker_query_reply(RlockConn *conn, WorkerCmd *wc,
 extern void worker_sync_init(int nholds);
 extern RlockConn *worker_hold_sync_conn(int index);
 extern bool worker_sync_conn_missing(RlockConn *sync);
-extern bool worker_sync_needed(int index);
 extern bool worker_sync_blocked(RlockConn *sync);
 extern void worker_sync_join(RlockConn *sync, int need, int ask,
 							 WorkerCmd *wc);

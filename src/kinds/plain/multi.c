@@ -283,7 +283,6 @@ multi_take_at_once(SetMember *members, int n, bool session, int64 lease_ms,
 	{
 		for (i = 0; i < n; i++)
 			members[i].taken = true;
-		*busy = -1;
 	}
 	else if (*busy < 0 || *busy >= n)
 		elog(ERROR, "rlock: a set's busy member %d is out of range", *busy);
