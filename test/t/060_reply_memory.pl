@@ -6,7 +6,10 @@
 # tells it, names 30 primaries, one per port, so the worker has a command
 # connection to each, all going through the relay to the one node.
 #
-# - Every command connection is sent, with no command waiting, an array
+# - Every command connection is sent half an array, with no command
+#   waiting, and rlock.command_timeout lowered from 30 s to 1 s: the
+#   replies still incomplete are dropped with that reason, in the log too;
+# - every command connection is sent, with no command waiting, an array
 #   of 8 elements of which 7 come (bulk strings of 1,000,000 bytes): each
 #   stays below its connection's own limits (8 MiB per reply, 2 MiB
 #   buffered), 210 MB in all.  The worker grows by less than 64 MB (the
@@ -17,8 +20,6 @@
 #   the reader holding the most is dropped, the one growing or another,
 #   it gives its memory back at once, and a reader of small honest
 #   replies is never dropped;
-# - rlock.command_timeout lowered to 1 s: the replies still incomplete
-#   are dropped with that reason, though no command waits;
 # - the relay honest again: a lock on every primary works;
 # - a push that stops half-way on the subscriber connection of a waiter
 #   (no command waits there): the connection is dropped within
@@ -75,6 +76,17 @@ sub status
 	return $node->safe_psql('postgres', "SELECT $cols FROM rlock_status()");
 }
 
+# rlock.command_timeout, read by the worker before the next request
+sub set_command_timeout
+{
+	my ($node, $timeout) = @_;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET rlock.command_timeout = '$timeout'; SELECT pg_reload_conf()");
+	RlockTest::wait_until(
+		sub { $node->safe_psql('postgres', 'SHOW rlock.command_timeout') eq $timeout },
+		10) or die "rlock.command_timeout did not become $timeout";
+}
+
 # a field of /proc/<pid>/status, in kB
 sub proc_status
 {
@@ -124,6 +136,30 @@ is($node->safe_psql('postgres', "BEGIN; SELECT bool_and(rlock_try(k)) FROM unnes
 	't', 'a lock is taken on each primary');
 ok(RlockTest::wait_until(sub { $hostile->connections('rlock_command') >= $primaries }, 10),
 	'each primary has a command connection through the relay');
+
+#---- replies left incomplete, no command waiting ----
+
+# Half an array (the first of two elements) on every command connection,
+# made a moment ago and never dropped: each clock starts at 30 s and
+# runs out at 1 s when lowered
+my $made = $hostile->connections('rlock_command');
+$hostile->inject_bulks('rlock_command', "*2\r\n", 1, 10);
+ok( RlockTest::wait_until(
+		sub { $hostile->unsent == 0 && unread_by_worker() == 0 }, 10),
+	'the worker read half a reply on each command connection');
+set_command_timeout($node, '1s');
+ok( RlockTest::wait_until(
+		sub { status($node, 'last_error') =~ /a reply left incomplete for longer than rlock\.command_timeout \(1000 ms\)/ },
+		10),
+	'rlock.command_timeout at 1 s: the replies still incomplete are dropped, saying why');
+like(slurp_file($node->logfile),
+	qr/rlock lost its command connection to Redis at 127\.0\.0\.1:\d+: a reply left incomplete/,
+	'and the log says so');
+set_command_timeout($node, '30s');
+ok(RlockTest::wait_until(sub { $hostile->connections('rlock_command') >= $made + $primaries }, 10),
+	'each primary has its command connection made again');
+is($node->safe_psql('postgres', "BEGIN; SELECT bool_and(rlock_try(k)) FROM unnest(ARRAY[$key_list]) k; COMMIT"),
+	't', 'a lock is taken on each primary again');
 
 #---- many connections, each below its own limits ----
 
@@ -183,17 +219,8 @@ is("$budget{honest_fault} $budget{honest_replies}", "0 $budget{turns}",
 like($budget{fault}, qr/more than $budget_mb MiB of memory, and this connection held the most/,
 	'the fault names the budget');
 
-#---- replies left incomplete, no command waiting ----
-
-$node->append_conf('postgresql.conf', "rlock.command_timeout = '1s'");
-$node->reload;
-ok( RlockTest::wait_until(
-		sub { status($node, 'last_error') =~ /a reply left incomplete for longer than rlock\.command_timeout \(1000 ms\)/ },
-		10),
-	'rlock.command_timeout at 1 s: the replies still incomplete are dropped, saying why');
-like(slurp_file($node->logfile),
-	qr/rlock lost its command connection to Redis at 127\.0\.0\.1:\d+: a reply left incomplete/,
-	'and the log says so');
+# rlock.command_timeout at 1 s from here on (the push below)
+set_command_timeout($node, '1s');
 
 #---- the relay honest again ----
 

@@ -141,10 +141,11 @@ sub stop_pinger
 
 # For each release of $key among the MONITOR lines, in order: 1 if the
 # next command Redis ran was the try of $key sent with it (same
-# connection, run within a millisecond: should the pinger miss the 2 ms
-# of a line held back, the gap still shows), y if it was the yield that
-# leaves the freed lock to other clients than rlock for a moment (the
-# mark named after $key), 0 if neither.
+# connection, no PING of the pinger in between), y if it was the yield
+# that leaves the freed lock to other clients than rlock for a moment
+# (the mark named after $key), 0 if neither.  No clock is read: Redis
+# may be put off the CPU between two commands of one write on a loaded
+# machine, and a try held back for 2 ms lets dozens of PINGs in first.
 sub handed
 {
 	my ($key, @lines) = @_;
@@ -163,12 +164,16 @@ sub handed
 		next unless $cmd eq 'EVALSHA' && $sha eq $sha{release} && $k eq $key;
 		my ($next_at, $next_client, $next_cmd, $next_sha, undef, $next_k) =
 		  @{ $cmds[ $i + 1 ] // [ 0, '', '', '', '', '' ] };
-		my $next = $next_client eq $client && $next_cmd eq 'EVALSHA'
-		  && $next_at - $at < 0.001;
-		push @handed,
-		  ($next && $next_sha eq $sha{acquire} && $next_k eq $key) ? 1
+		my $next = $next_client eq $client && $next_cmd eq 'EVALSHA';
+		my $mark =
+		    ($next && $next_sha eq $sha{acquire} && $next_k eq $key) ? 1
 		  : ($next && $next_sha eq $sha{yield} && $next_k eq "rlock_yield:{$key}") ? 'y'
 		  : 0;
+		note(sprintf('release %d of %s: next %s %s %s after %.3f ms',
+				scalar(@handed) + 1, $key, $next_client eq $client ? 'same' : 'other',
+				$next_cmd, substr($next_sha // '', 0, 8), ($next_at - $at) * 1000))
+		  if $mark eq '0';
+		push @handed, $mark;
 	}
 	return join('', @handed);
 }
