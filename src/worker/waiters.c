@@ -164,6 +164,7 @@ waiters_set_state(WaitGroup *g, SubState state)
 	{
 		nsubscribed--;
 		g->echoes = 0;			/* those messages will not come */
+		g->back_echoes = 0;
 	}
 	if (state == SUB_SUBSCRIBED)
 		nsubscribed++;
@@ -1020,10 +1021,16 @@ rlock_waiters_message(const char *channel, int channellen,
 	}
 	if (g->back_until != 0)
 	{
-		if (g->back_echoes > 0 &&
-			GetCurrentTimestamp() < g->back_until)
+		/*
+		 * The release that held the line back published before any later
+		 * one, and its messages come first on the one subscriber
+		 * connection, however late the worker reads them: taken for
+		 * someone else's unlock, a late one would retry (and move to the
+		 * back) a member waiting behind the one whose turn it is.
+		 */
+		if (g->back_echoes > 0)
 		{
-			g->back_echoes--;	/* ours: the line still holds back */
+			g->back_echoes--;	/* ours */
 			g->wakes++;
 			return;
 		}
