@@ -52,6 +52,13 @@ int			rlock_max_locks = 4096;
 int			rlock_max_locks_per_session = 256;
 int			rlock_superuser_reserved_locks = 8;
 int			rlock_verify_at_commit = RLOCK_VERIFY_ON;
+int			rlock_deadlock_detection = RLOCK_DEADLOCK_LOCAL;
+
+static const struct config_enum_entry deadlock_options[] = {
+	{"off", RLOCK_DEADLOCK_OFF, false},
+	{"local", RLOCK_DEADLOCK_LOCAL, false},
+	{NULL, 0, false}
+};
 
 static const struct config_enum_entry verify_options[] = {
 	{"off", RLOCK_VERIFY_OFF, false},
@@ -286,6 +293,14 @@ rlock_define_settings(void)
 							 "A transaction whose lock was lost (its lease ran out, or it was removed) fails to commit with a serialization failure.  \"on\" asks Redis at every commit; \"lease\" asks unless Redis confirmed, on the current connection, a lease that outlasts rlock.verify_margin.  Set by superusers, per role or database too.",
 							 &rlock_verify_at_commit,
 							 RLOCK_VERIFY_ON, verify_options,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("rlock.deadlock_detection",
+							 "Looks for deadlocks through a session's rlock wait.",
+							 "After deadlock_timeout, and again every deadlock_timeout while it waits, a session waiting for an rlock looks for a cycle of waits through it: rlock waits and PostgreSQL lock waits of this instance's sessions.  It fails with 40P01 when it finds one twice.  \"off\" leaves such waits to lock_timeout.  Set by superusers, per role or database too.",
+							 &rlock_deadlock_detection,
+							 RLOCK_DEADLOCK_LOCAL, deadlock_options,
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 

@@ -78,6 +78,14 @@ typedef enum RlockVerify
 	RLOCK_VERIFY_ON				/* ask Redis at every commit */
 } RlockVerify;
 extern int	rlock_verify_margin;
+
+/* rlock.deadlock_detection */
+typedef enum RlockDeadlockDetection
+{
+	RLOCK_DEADLOCK_OFF,
+	RLOCK_DEADLOCK_LOCAL		/* cycles among this instance's sessions */
+} RlockDeadlockDetection;
+extern int	rlock_deadlock_detection;
 extern bool rlock_client_tracking;
 extern int	rlock_verify_window;
 

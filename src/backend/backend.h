@@ -97,6 +97,10 @@ typedef struct RlockRequest
 
 extern RlockStatus rlock_request(const RlockRequest *req, int64 *value);
 extern void rlock_abandon_request(void);
+extern bool rlock_give_up_unanswered(void);
+
+/* deadlock.c */
+extern char *rlock_deadlock_look(const char *noted);
 extern const char *rlock_last_detail(void);
 /* calls.c: the bodies of the kinds' functions that take and give back */
 extern void rlock_call_check(RlockKind kind, int mode, const RlockKey *key);

@@ -44,6 +44,8 @@ static bool request_active = false;
 /* The exit callback that gives up a request is registered */
 static bool exit_callback_registered = false;
 
+static bool request_give_up(bool keep_answer);
+
 /* Error text of the last failed request, for rlock_report_status */
 static char last_detail[RLOCK_DETAIL_LEN];
 
@@ -70,6 +72,12 @@ static uint32 wait_event = 0;
  * request, so short waits never show in the title.
  */
 #define RLOCK_PS_LOOK_MS	50
+
+/*
+ * A deadlock found is looked for again this much later; only the same
+ * cycle seen twice makes this session the victim (deadlock.c).
+ */
+#define RLOCK_DEADLOCK_CONFIRM_MS	Max(10, Min(100, DeadlockTimeout / 4))
 
 /*
  * Add " waiting for rlock" to the process title (as a heavyweight lock
@@ -133,6 +141,27 @@ rlock_my_slot_index(void)
 void
 rlock_abandon_request(void)
 {
+	(void) request_give_up(false);
+}
+
+/*
+ * Give up the request in our slot unless the worker has answered it:
+ * false, and nothing changed, if it has (a deadlock victim takes a grant
+ * that came first, backend/deadlock.c).  The caller raises an error next.
+ */
+bool
+rlock_give_up_unanswered(void)
+{
+	return request_give_up(true);
+}
+
+/*
+ * Give up the request in our slot, if there is one; with keep_answer, not
+ * one the worker has answered (false then).
+ */
+static bool
+request_give_up(bool keep_answer)
+{
 	int			index;
 	RlockSlot  *slot;
 	bool		notify;
@@ -143,13 +172,18 @@ rlock_abandon_request(void)
 	int			i;
 
 	if (!request_active)
-		return;
-	request_active = false;
+		return false;
 
 	index = rlock_backend_index();
 	slot = rlock_slot(index);
 
 	SpinLockAcquire(&slot->mutex);
+	if (keep_answer && slot->state == RLOCK_SLOT_DONE)
+	{
+		SpinLockRelease(&slot->mutex);
+		return false;
+	}
+	request_active = false;
 	granted = (slot->state == RLOCK_SLOT_DONE &&
 			   (slot->args.op == RLOCK_OP_ACQUIRE ||
 				slot->args.op == RLOCK_OP_ACQUIRE_SET) &&
@@ -182,6 +216,7 @@ rlock_abandon_request(void)
 	}
 	if (notify || granted)
 		rlock_wake_worker();
+	return true;
 }
 
 /*
@@ -197,6 +232,8 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 	TimestampTz take_by;
 	TimestampTz answer_by;
 	bool		may_show_waiting;
+	TimestampTz look_at = 0;	/* the next look for a deadlock, 0: none */
+	char	   *noted = NULL;	/* the cycle the latest look found */
 
 	take_by = TimestampTzPlusMilliseconds(start, rlock_connect_timeout +
 										  RLOCK_WORKER_GRACE_MS);
@@ -213,6 +250,11 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 	may_show_waiting = update_process_title &&
 		slot->args.op == RLOCK_OP_ACQUIRE &&
 		(wait_until == 0 || wait_until > start);
+	/* a wait that lasts deadlock_timeout looks for a deadlock (deadlock.c) */
+	if (rlock_deadlock_detection != RLOCK_DEADLOCK_OFF &&
+		slot->args.op == RLOCK_OP_ACQUIRE &&
+		RLOCK_KIND_IN_FAMILY(slot->args.kind) && DeadlockTimeout > 0)
+		look_at = TimestampTzPlusMilliseconds(start, DeadlockTimeout);
 
 	for (;;)
 	{
@@ -273,6 +315,26 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 					 "The rlock background worker did not answer in time.");
 			return RLOCK_STATUS_CONNECTION;
 		}
+		if (look_at != 0 && now >= look_at)
+		{
+			char	   *found = NULL;
+
+			/* not found busy yet: nobody it waits for, so far */
+			if (busy)
+				found = rlock_deadlock_look(noted);
+			if (noted != NULL)
+				pfree(noted);
+			noted = found;
+			/* a cycle is confirmed by a second look, a moment later */
+			look_at = TimestampTzPlusMilliseconds(now,
+												  !busy ? RLOCK_PS_LOOK_MS :
+												  found != NULL ?
+												  RLOCK_DEADLOCK_CONFIRM_MS :
+												  DeadlockTimeout);
+			continue;			/* the answer may have come meanwhile */
+		}
+		if (look_at != 0 && (wake_at == 0 || look_at < wake_at))
+			wake_at = look_at;
 		if (wake_at != 0)
 		{
 			/* WaitLatch takes at most INT_MAX ms: a long wait takes steps */

@@ -21,6 +21,7 @@
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "storage/spin.h"
 #include "utils/hsearch.h"
 #include "utils/palloc.h"
@@ -423,6 +424,9 @@ typedef struct RlockShared
 
 	RlockStats	stats;
 	RlockWorkerStatus status;
+
+	LWLock	   *deadlock_lock;	/* one deadlock check at a time
+								 * (backend/deadlock.c) */
 } RlockShared;
 
 /* shmem.c */

@@ -69,6 +69,7 @@ void
 rlock_shmem_request(void)
 {
 	RequestAddinShmemSpace(rlock_shmem_size());
+	RequestNamedLWLockTranche("rlock", 1);
 }
 
 /*
@@ -168,6 +169,7 @@ rlock_shmem_startup(void)
 		s->ring->size = s->nslots + s->nholds + 1;
 
 		rlock_stats_init();
+		s->deadlock_lock = &(GetNamedLWLockTranche("rlock"))[0].lock;
 		memset(&s->status, 0, sizeof(s->status));
 		pg_atomic_init_u32(&s->status.changecount, 0);
 	}

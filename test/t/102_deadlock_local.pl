@@ -1,0 +1,291 @@
+# Deadlocks through rlock waits among the sessions of one instance
+# (rlock.deadlock_detection = local, backend/deadlock.c).
+#
+# Each cycle below is closed by the last wait its script starts; exactly
+# one session fails with 40P01 "deadlock detected", within
+# deadlock_timeout (500 ms here) and a second of the closing wait, with a
+# detail line per wait in PostgreSQL's words; the others go on and commit.
+# pg_stat_database.deadlocks counts each, the server log has the queries.
+#
+# - two rlocks, each session holding one and waiting for the other;
+# - an rlock and a row (the holder of the rlock waits for the row);
+# - an rlock and an advisory lock;
+# - shared holds waited for in exclusive mode (two keys, crossed);
+# - three sessions: a row and two rlocks;
+# - a fair lock and a row; session-scoped waits (the victim keeps its
+#   session locks, as PostgreSQL keeps session advisory locks);
+# - no cycle: a holder that is merely slow, a holder that waits for a row
+#   of a third session that then commits: no error;
+# - rlock.deadlock_detection = off: the rlock-and-row cycle ends by
+#   lock_timeout (55P03), as it did before detection;
+# - the setting is for superusers.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use RlockTest;
+use RlockTest::Redis;
+use RlockTest::TLS;
+
+plan skip_all => 'deadlock detection reads no Redis: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
+my $redis = RlockTest::Redis->start;
+my $node = RlockTest::node('dl', $redis,
+	conf => [ "deadlock_timeout = '500ms'", 'log_min_messages = warning' ]);
+$node->safe_psql('postgres', q{
+	CREATE TABLE t (id int PRIMARY KEY, v int);
+	INSERT INTO t SELECT g, 0 FROM generate_series(1, 10) g;
+	CREATE ROLE plain_user LOGIN;
+});
+
+my @s = map { RlockTest::session($node) } 1 .. 4;
+
+sub deadlocks
+{
+	return $node->safe_psql('postgres',
+		"SELECT deadlocks FROM pg_stat_database WHERE datname = 'postgres'");
+}
+
+# Wait until the backend of $s is in a wait (rlock or heavyweight lock).
+sub waits
+{
+	my ($s) = @_;
+	return RlockTest::wait_until(
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT wait_event_type IN ('Lock', 'Extension') FROM pg_stat_activity WHERE pid = $s->{rlock_pid}")
+			  eq 't';
+		},
+		10);
+}
+
+# Run @steps ([session, sql, waits?]) in order; the last one closes the
+# cycle.  A step that waits commits once its statement ends (the victim's
+# COMMIT rolls back), so that every wait of a chain ends in turn.
+# Returns the sessions that waited, and when the closing wait began.
+sub run_cycle
+{
+	my (@steps) = @_;
+	my @waited;
+	my $t0;
+	for my $i (0 .. $#steps)
+	{
+		my ($sess, $sql, $wait) = @{ $steps[$i] };
+		if ($wait)
+		{
+			RlockTest::send_query($sess, "$sql COMMIT;");
+			$t0 = time;
+			waits($sess) or die "no wait: $sql" if $i < $#steps;
+			push @waited, $sess;
+		}
+		else
+		{
+			my ($out, $err) = ($sess->query($sql), $sess->{stderr});
+			$sess->{stderr} = '';
+			die "$sql: $err" if $err =~ /ERROR/;
+		}
+	}
+	return \@waited, $t0;
+}
+
+# The sessions of @$waited that fail with 40P01 (pumped until one does, 15
+# s at most), and how long after $t0 the first did.
+sub outcome
+{
+	my ($waited, $t0) = @_;
+	my (@victims, $first);
+	my $deadline = time + 15;
+	while (!@victims && time < $deadline)
+	{
+		for my $s (@$waited)
+		{
+			$s->{run}->pump_nb;
+			if ($s->{stderr} =~ /40P01/)
+			{
+				$first //= time - $t0;
+				push @victims, $s;
+			}
+		}
+		Time::HiRes::usleep(10_000);
+	}
+	return (\@victims, $first);
+}
+
+# A cycle closed by its last step: one victim among the sessions that
+# waited ($expect_victim if defined: the only rlock waiter), found in
+# time, its error's detail matching each of @$detail; the victim rolls
+# back, the others commit.
+sub one_victim
+{
+	my ($name, $expect_victim, $detail, @steps) = @_;
+	my $before = deadlocks();
+	my ($waited, $t0) = run_cycle(@steps);
+	my ($victims, $took) = outcome($waited, $t0);
+	is(scalar @$victims, 1, "$name: one session fails with 40P01");
+	my $victim = $victims->[0];
+	my ($out, $err) = RlockTest::collect($victim);
+	like($err, qr/ERROR:  40P01: deadlock detected/, "$name: deadlock detected");
+	like($err, $_, "$name: the detail names each wait") for @$detail;
+	is($victim, $expect_victim, "$name: the victim is the session whose wait closed the cycle")
+	  if $expect_victim;
+	cmp_ok($took // 99, '<', 0.5 + 1,
+		sprintf("$name: within deadlock_timeout and a second (%.2f s)", $took // -1));
+	for my $s (@$waited)
+	{
+		next if $s == $victim;
+		my ($o, $e) = RlockTest::collect($s);
+		unlike($e, qr/ERROR/, "$name: the other waiter goes on and commits")
+		  or diag($e);
+	}
+	# the victim's counts reach the statistics at its next statement's end
+	$victim->query_safe('SELECT pg_stat_force_next_flush()');
+	ok(RlockTest::wait_until(sub { deadlocks() == $before + 1 }, 10),
+		"$name: pg_stat_database counts one deadlock");
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM rlock_locks WHERE scope = 'transaction' OR state <> 'held'"),
+		0, "$name: nothing left held or waiting");
+	return $victim;
+}
+
+my ($a, $b, $c) = @s;
+my ($pa, $pb, $pc) = map { $_->{rlock_pid} } @s;
+
+#---- two rlocks ----
+
+# the first to look after the cycle closed is the victim, as with
+# PostgreSQL's own deadlock checks: either of two rlock waiters
+one_victim('two rlocks', undef,
+	[ qr/DETAIL:  Process \d+ waits for ExclusiveLock on rlock "dl:\d"; blocked by process \d+\.\nProcess \d+ waits for ExclusiveLock on rlock "dl:\d"; blocked by process \d+\./,
+	  qr/Process $pb waits for ExclusiveLock on rlock "dl:1"; blocked by process $pa\./,
+	  qr/Process $pa waits for ExclusiveLock on rlock "dl:2"; blocked by process $pb\./ ],
+	[ $a, "BEGIN; SELECT rlock_try('dl:1');" ],
+	[ $b, "BEGIN; SELECT rlock_try('dl:2');" ],
+	[ $a, "SELECT rlock_try('dl:2', '60 s');", 1 ],
+	[ $b, "SELECT rlock_try('dl:1', '60 s');", 1 ]);
+
+#---- an rlock and a row ----
+
+one_victim('rlock and row', $b,
+	[ qr/DETAIL:  Process $pb waits for ExclusiveLock on rlock "dl:r"; blocked by process $pa\.\nProcess $pa waits for ShareLock on transaction \d+; blocked by process $pb\./ ],
+	[ $b, "BEGIN; UPDATE t SET v = v + 1 WHERE id = 1;" ],
+	[ $a, "BEGIN; SELECT rlock_try('dl:r');" ],
+	[ $a, "UPDATE t SET v = v + 1 WHERE id = 1;", 1 ],
+	[ $b, "SELECT rlock_try('dl:r', '60 s');", 1 ]);
+is($node->safe_psql('postgres', 'SELECT v FROM t WHERE id = 1'), 1,
+	'the update of the session that was not the victim committed');
+
+#---- an rlock and an advisory lock ----
+
+one_victim('rlock and advisory lock', $b,
+	[ qr/DETAIL:  Process $pb waits for ExclusiveLock on rlock "dl:a"; blocked by process $pa\.\nProcess $pa waits for ExclusiveLock on advisory lock \[\d+,0,42,1\]; blocked by process $pb\./ ],
+	[ $b, "BEGIN; SELECT pg_advisory_xact_lock(42);" ],
+	[ $a, "BEGIN; SELECT rlock_try('dl:a');" ],
+	[ $a, "SELECT pg_advisory_xact_lock(42);", 1 ],
+	[ $b, "SELECT rlock_try('dl:a', '60 s');", 1 ]);
+
+#---- shared holds waited for in exclusive mode ----
+
+one_victim('shared and exclusive', undef,
+	[ qr/Process $pb waits for ExclusiveLock on rlock "dl:s1"; blocked by process $pa\./,
+	  qr/Process $pa waits for ExclusiveLock on rlock "dl:s2"; blocked by process $pb\./ ],
+	[ $a, "BEGIN; SELECT rlock_try_shared('dl:s1');" ],
+	[ $b, "BEGIN; SELECT rlock_try_shared('dl:s2');" ],
+	[ $a, "SELECT rlock_try('dl:s2', '60 s');", 1 ],
+	[ $b, "SELECT rlock_try('dl:s1', '60 s');", 1 ]);
+
+#---- three sessions: a row and two rlocks ----
+
+one_victim('three sessions', undef,
+	[ qr/Process $pc waits for ExclusiveLock on rlock "dl:t2"; blocked by process $pb\./,
+	  qr/Process $pb waits for ExclusiveLock on rlock "dl:t1"; blocked by process $pa\./,
+	  qr/Process $pa waits for ShareLock on transaction \d+; blocked by process $pc\./ ],
+	[ $c, "BEGIN; UPDATE t SET v = v + 1 WHERE id = 3;" ],
+	[ $a, "BEGIN; SELECT rlock_try('dl:t1');" ],
+	[ $b, "BEGIN; SELECT rlock_try('dl:t2');" ],
+	[ $a, "UPDATE t SET v = v + 1 WHERE id = 3;", 1 ],
+	[ $b, "SELECT rlock_try('dl:t1', '60 s');", 1 ],
+	[ $c, "SELECT rlock_try('dl:t2', '60 s');", 1 ]);
+
+#---- a fair lock and a row, session-scoped ----
+
+one_victim('fair lock and row', $b,
+	[ qr/Process $pb waits for ExclusiveLock on fair rlock "dl:f"; blocked by process $pa\./ ],
+	[ $b, "BEGIN; SELECT rlock_session_try('dl:kept'); UPDATE t SET v = v + 1 WHERE id = 4;" ],
+	[ $a, "BEGIN; SELECT rlock_try_fair('dl:f');" ],
+	[ $a, "UPDATE t SET v = v + 1 WHERE id = 4;", 1 ],
+	[ $b, "SELECT rlock_session_try_fair('dl:f', '60 s');", 1 ]);
+is($node->safe_psql('postgres',
+		"SELECT pid, scope, state FROM rlock_locks WHERE key = 'dl:kept'"),
+	"$pb|session|held", 'the victim keeps its session lock');
+$b->query_safe("SELECT rlock_session_release('dl:kept')");
+
+#---- the log ----
+
+my $log = slurp_file($node->logfile);
+like($log, qr/ERROR:  deadlock detected\n.*DETAIL:  Process $pb waits for ExclusiveLock on rlock "dl:r"; blocked by process $pa\.\n\s*Process $pa waits for ShareLock on transaction \d+; blocked by process $pb\.\n\s*Process $pb: SELECT rlock_try\('dl:r', '60 s'\);\n\s*Process $pa: UPDATE t SET v = v \+ 1 WHERE id = 1;/,
+	'the server log has each process\'s query');
+
+#---- no cycle ----
+
+{
+	my $before = deadlocks();
+	# a holder merely slow: it sleeps three deadlock_timeouts, then commits
+	$a->query_safe("BEGIN; SELECT rlock_try('dl:slow')");
+	RlockTest::send_query($a, "SELECT pg_sleep(1.5); COMMIT;");
+	RlockTest::send_query($b, "BEGIN; SELECT rlock_try('dl:slow', '60 s');");
+	my ($out, $err) = RlockTest::collect($b);
+	is($out, 't', 'a slow holder: the waiter gets the lock') or diag($err);
+	RlockTest::collect($a);
+	$b->query_safe('COMMIT');
+
+	# the holder waits for a row of a third session, which commits later
+	$c->query_safe("BEGIN; UPDATE t SET v = v + 1 WHERE id = 5");
+	$a->query_safe("BEGIN; SELECT rlock_try('dl:chain')");
+	RlockTest::send_query($a, "UPDATE t SET v = v + 1 WHERE id = 5; COMMIT;");
+	waits($a);
+	RlockTest::send_query($b, "BEGIN; SELECT rlock_try('dl:chain', '60 s');");
+	waits($b);
+	RlockTest::wait_until(sub { 0 }, 1.5);    # three deadlock_timeouts
+	$c->query_safe('COMMIT');
+	($out, $err) = RlockTest::collect($b);
+	is($out, 't', 'a chain without a cycle: the waiter gets the lock') or diag($err);
+	RlockTest::collect($a);
+	$b->query_safe('COMMIT');
+	is(deadlocks(), $before, 'no deadlock counted without a cycle');
+}
+
+#---- detection off ----
+
+{
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET rlock.deadlock_detection = off; SELECT pg_reload_conf()");
+	RlockTest::wait_until(
+		sub { $b->query_safe('SHOW rlock.deadlock_detection') eq 'off' }, 10);
+	my $before = deadlocks();
+	$b->query_safe("BEGIN; UPDATE t SET v = v + 1 WHERE id = 6");
+	$a->query_safe("BEGIN; SELECT rlock_try('dl:off')");
+	RlockTest::send_query($a, "UPDATE t SET v = v + 1 WHERE id = 6;");
+	waits($a);
+	RlockTest::send_query($b, "SET lock_timeout = '2s'; SELECT rlock_lock('dl:off');");
+	my ($out, $err) = RlockTest::collect($b);
+	like($err, qr/55P03/, 'detection off: lock_timeout ends the cycle');
+	$b->query('ROLLBACK');
+	RlockTest::collect($a);
+	$a->query_safe('COMMIT');
+	is(deadlocks(), $before, 'and no deadlock is counted');
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM RESET rlock.deadlock_detection; SELECT pg_reload_conf()");
+}
+
+my ($rc, $out, $err) = $node->psql('postgres',
+	'SET rlock.deadlock_detection = off', extra_params => [ '-U', 'plain_user' ]);
+like($err, qr/permission denied to set parameter "rlock.deadlock_detection"/,
+	'only a superuser turns detection off');
+
+$_->quit for @s;
+$node->stop;
+$redis->stop;
+done_testing();
