@@ -33,7 +33,7 @@ endif
 EXTENSION = rlock
 DATA = rlock--1.0.sql rlock--1.0--1.1.sql rlock--1.1--1.2.sql rlock--1.2--1.3.sql \
 	rlock--1.3--1.4.sql rlock--1.4--1.5.sql rlock--1.5--1.6.sql \
-	rlock--1.6--1.7.sql
+	rlock--1.6--1.7.sql rlock--1.7--1.8.sql
 PGFILEDESC = "rlock - Redisson-compatible distributed locks"
 EXTRA_CLEAN = $(LUA_HEADERS) $(KINDS_STAMP) $(wildcard test/kinds/*/scripts.h \
 	test/kinds/*/*.o test/kinds/*/*.bc)

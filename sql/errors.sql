@@ -319,6 +319,12 @@ SELECT has_function_privilege('public', 'rlock_try_permits(text, integer, interv
        has_function_privilege('public', 'rlock_release_permits(text, integer)', 'EXECUTE') AS public_gives_back_permits;
 SELECT has_function_privilege('public', 'rlock_try_set(text[], interval, interval, text[])', 'EXECUTE') AS public_may_take_sets,
        has_function_privilege('public', 'rlock_release_set(text[], text[])', 'EXECUTE') AS public_may_release_sets;
+-- 1.8's rlock_blocking_pids for everybody, rlock_waits for monitoring
+ALTER EXTENSION rlock UPDATE TO '1.8';
+SELECT has_function_privilege('public', 'rlock_blocking_pids(integer)', 'EXECUTE') AS public_sees_blocking_pids,
+       has_table_privilege('public', 'rlock_waits', 'SELECT') AS public_sees_waits,
+       has_table_privilege('pg_read_all_stats', 'rlock_waits', 'SELECT') AS monitor_sees_waits;
+SELECT rlock_blocking_pids(pg_backend_pid()) AS blocking_me;
 SELECT rlock_session_release('err:kind');
 -- a fresh install is the same as an updated one
 DROP EXTENSION rlock;
@@ -366,7 +372,7 @@ ALTER EXTENSION rlock UPDATE TO '1.2';
 GRANT SELECT ON rlock_stats TO err_reader WITH GRANT OPTION;
 GRANT EXECUTE ON FUNCTION rlock_stats() TO err_reader;
 GRANT SELECT ON rlock_locks TO err_reader;
-ALTER EXTENSION rlock UPDATE TO '1.7';
+ALTER EXTENSION rlock UPDATE TO '1.8';
 SELECT * FROM err_initacl_wrong ORDER BY 2, 3::text;
 -- (no records before PostgreSQL 17)
 SELECT count(*) > 0 OR current_setting('server_version_num')::int < 170000

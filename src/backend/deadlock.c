@@ -211,6 +211,25 @@ dl_rlock_wait(DlWait *w)
 }
 
 /*
+ * The sessions of this instance whose holds keep "pid" waiting for an
+ * rlock (rlock_blocking_pids()): how many, their pids in *pids
+ * (palloc'd); 0 as well when pid waits for no rlock of the lock family.
+ */
+int
+rlock_rlock_blockers(int pid, int **pids)
+{
+	DlWait		w;
+
+	memset(&w, 0, sizeof(w));
+	w.pid = pid;
+	*pids = NULL;
+	if (!dl_rlock_wait(&w))
+		return 0;
+	*pids = w.blockers;
+	return w.nblockers;
+}
+
+/*
  * Does "w->pid" (or a member of its lock group) wait for a heavyweight
  * lock?  Then fill in w with who blocks it, as pg_blocking_pids() would.
  */

@@ -27,7 +27,9 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "catalog/pg_type_d.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -35,6 +37,7 @@
 #include "backend/backend.h"
 
 PG_FUNCTION_INFO_V1(rlock_locks);
+PG_FUNCTION_INFO_V1(rlock_blocking_pids);
 PG_FUNCTION_INFO_V1(rlock_stats);
 PG_FUNCTION_INFO_V1(rlock_latency_buckets);
 PG_FUNCTION_INFO_V1(rlock_stats_reset_all);
@@ -330,6 +333,30 @@ rlock_locks(PG_FUNCTION_ARGS)
 		}
 	}
 	return (Datum) 0;
+}
+
+/*
+ * rlock_blocking_pids(pid): the sessions of this instance whose holds keep
+ * "pid" waiting for a lock, by the rule the deadlock search follows
+ * (backend/deadlock.c), as pg_blocking_pids() tells of PostgreSQL's own
+ * locks.  Empty when pid waits for no lock, or only for holders elsewhere.
+ */
+Datum
+rlock_blocking_pids(PG_FUNCTION_ARGS)
+{
+	int			pid = PG_GETARG_INT32(0);
+	int		   *pids;
+	int			n;
+	Datum	   *elems;
+	int			i;
+
+	rlock_check_loaded();
+	n = rlock_rlock_blockers(pid, &pids);
+	elems = palloc(Max(n, 1) * sizeof(Datum));
+	for (i = 0; i < n; i++)
+		elems[i] = Int32GetDatum(pids[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(elems, n, INT4OID, sizeof(int32),
+										  true, TYPALIGN_INT));
 }
 
 static double

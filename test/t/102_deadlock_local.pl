@@ -18,7 +18,11 @@
 #   of a third session that then commits: no error;
 # - rlock.deadlock_detection = off: the rlock-and-row cycle ends by
 #   lock_timeout (55P03), as it did before detection;
-# - the setting is for superusers.
+# - the setting is for superusers;
+# - who blocks a wait: rlock_blocking_pids() names the local holder, and
+#   nobody for a holder elsewhere; rlock_waits adds whoever holds the key
+#   in Redis: a session of this instance, one of another instance (its
+#   name and pid), a Redisson client.
 use strict;
 use warnings;
 
@@ -278,6 +282,57 @@ like($log, qr/ERROR:  deadlock detected\n.*DETAIL:  Process $pb waits for Exclus
 	is(deadlocks(), $before, 'and no deadlock is counted');
 	$node->safe_psql('postgres',
 		"ALTER SYSTEM RESET rlock.deadlock_detection; SELECT pg_reload_conf()");
+}
+
+#---- who blocks a wait ----
+
+{
+	my $other = RlockTest::node('other', $redis);
+	my $o = RlockTest::session($other);
+	my $po = $o->{rlock_pid};
+	my $waits = "SELECT blocking_pids, holder, instance, holder_pid, holder_owners"
+	  . " FROM rlock_waits WHERE pid = $pb";
+
+	# a session of this instance
+	$a->query_safe("SELECT rlock_session_try('dl:v')");
+	RlockTest::send_query($b, "SELECT rlock_try('dl:v', '30 s');");
+	RlockTest::waiting_in_sql($node, 'dl:v');
+	is($node->safe_psql('postgres', "SELECT rlock_blocking_pids($pb)"), "{$pa}",
+		'rlock_blocking_pids names the local holder');
+	ok( RlockTest::wait_until(
+			sub { $node->safe_psql('postgres', $waits) eq "{$pa}|rlock|dl|$pa|1" }),
+		'rlock_waits: the local holder, by pid, and as Redis has it')
+	  or diag($node->safe_psql('postgres', $waits));
+	is($node->safe_psql('postgres', "SELECT rlock_blocking_pids($pa)"), '{}',
+		'a session that waits for nothing: an empty array');
+	$a->query_safe("SELECT rlock_session_release('dl:v')");
+	is((RlockTest::collect($b))[0], 't', 'the waiter gets the lock');
+
+	# a session of another instance
+	$o->query_safe("SELECT rlock_session_try('dl:v2')");
+	RlockTest::send_query($b, "SELECT rlock_try('dl:v2', '30 s');");
+	RlockTest::waiting_in_sql($node, 'dl:v2');
+	is($node->safe_psql('postgres', "SELECT rlock_blocking_pids($pb)"), '{}',
+		'a holder on another instance: no local pid');
+	ok( RlockTest::wait_until(
+			sub { $node->safe_psql('postgres', $waits) eq "{}|rlock|other|$po|1" }),
+		'rlock_waits: the other instance by name, and its pid')
+	  or diag($node->safe_psql('postgres', $waits));
+	$o->query_safe("SELECT rlock_session_release('dl:v2')");
+	is((RlockTest::collect($b))[0], 't', 'the waiter gets the lock');
+
+	# a Redisson client
+	$redis->cmd('HSET', 'dl:v3', 'dead0000-1111-4222-8333-444455556666:42', 1);
+	$redis->cmd('PEXPIRE', 'dl:v3', 30000);
+	RlockTest::send_query($b, "SELECT rlock_try('dl:v3', '30 s');");
+	RlockTest::waiting_in_sql($node, 'dl:v3');
+	is($node->safe_psql('postgres', $waits), '{}|redisson|||1',
+		'rlock_waits: a Redisson client, no instance or pid');
+	$redis->cmd('DEL', 'dl:v3');
+	$redis->cmd('PUBLISH', 'redisson_lock__channel:{dl:v3}', 0);
+	is((RlockTest::collect($b))[0], 't', 'the waiter gets the lock');
+	$o->quit;
+	$other->stop;
 }
 
 my ($rc, $out, $err) = $node->psql('postgres',
