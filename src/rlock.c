@@ -57,6 +57,7 @@ int			rlock_deadlock_detection = RLOCK_DEADLOCK_LOCAL;
 static const struct config_enum_entry deadlock_options[] = {
 	{"off", RLOCK_DEADLOCK_OFF, false},
 	{"local", RLOCK_DEADLOCK_LOCAL, false},
+	{"global", RLOCK_DEADLOCK_GLOBAL, false},
 	{NULL, 0, false}
 };
 
@@ -298,7 +299,7 @@ rlock_define_settings(void)
 
 	DefineCustomEnumVariable("rlock.deadlock_detection",
 							 "Looks for deadlocks through a session's rlock wait.",
-							 "After deadlock_timeout, and again every deadlock_timeout while it waits, a session waiting for an rlock looks for a cycle of waits through it: rlock waits and PostgreSQL lock waits of this instance's sessions.  It fails with 40P01 when it finds one twice.  \"off\" leaves such waits to lock_timeout.  Set by superusers, per role or database too.",
+							 "After deadlock_timeout, and again every deadlock_timeout while it waits, a session waiting for an rlock looks for a cycle of waits through it: rlock waits and PostgreSQL lock waits of this instance's sessions.  It fails with 40P01 when it finds one twice.  \"global\" also has the worker look for cycles through sessions of other instances sharing the Redis, in a graph kept there.  \"off\" leaves such waits to lock_timeout.  Set by superusers, per role or database too.",
 							 &rlock_deadlock_detection,
 							 RLOCK_DEADLOCK_LOCAL, deadlock_options,
 							 PGC_SUSET, 0,

@@ -83,7 +83,8 @@ extern int	rlock_verify_margin;
 typedef enum RlockDeadlockDetection
 {
 	RLOCK_DEADLOCK_OFF,
-	RLOCK_DEADLOCK_LOCAL		/* cycles among this instance's sessions */
+	RLOCK_DEADLOCK_LOCAL,		/* cycles among this instance's sessions */
+	RLOCK_DEADLOCK_GLOBAL		/* and across the instances of a Redis */
 } RlockDeadlockDetection;
 extern int	rlock_deadlock_detection;
 extern bool rlock_client_tracking;

@@ -102,6 +102,7 @@ extern bool rlock_give_up_unanswered(void);
 /* deadlock.c */
 extern char *rlock_deadlock_look(const char *noted);
 extern int	rlock_rlock_blockers(int pid, int **pids);
+extern void rlock_deadlock_told(const char *detail);
 extern const char *rlock_last_detail(void);
 /* calls.c: the bodies of the kinds' functions that take and give back */
 extern void rlock_call_check(RlockKind kind, int mode, const RlockKey *key);

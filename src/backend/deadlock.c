@@ -51,8 +51,6 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "storage/lmgr.h"
-#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "utils/backend_status.h"
 #include "utils/memutils.h"
@@ -230,67 +228,19 @@ rlock_rlock_blockers(int pid, int **pids)
 }
 
 /*
- * Does "w->pid" (or a member of its lock group) wait for a heavyweight
- * lock?  Then fill in w with who blocks it, as pg_blocking_pids() would.
+ * Does "w->pid" wait for a heavyweight lock?  Then fill in w.
  */
 static void
 dl_heavyweight_wait(DlWait *w)
 {
-	BlockedProcsData *data = GetBlockerStatusData(w->pid);
-	int			room = 0;
-	int			p;
+	RlockPgWait pw;
 
-	for (p = 0; p < data->nprocs; p++)
-	{
-		BlockedProcData *bproc = &data->procs[p];
-		LockInstanceData *locks = &data->locks[bproc->first_lock];
-		int		   *ahead = &data->waiter_pids[bproc->first_waiter];
-		LockInstanceData *waiting = NULL;
-		LockMethod	method;
-		LOCKMASK	conflicts;
-		int			i;
-
-		for (i = 0; i < bproc->num_locks; i++)
-			if (locks[i].pid == bproc->pid && locks[i].waitLockMode != NoLock)
-				waiting = &locks[i];
-		if (waiting == NULL)
-			continue;			/* granted meanwhile */
-		method = GetLockTagsMethodTable(&waiting->locktag);
-		conflicts = method->conflictTab[waiting->waitLockMode];
-		if (w->what == NULL)
-		{
-			StringInfoData buf;
-
-			initStringInfo(&buf);
-			DescribeLockTag(&buf, &waiting->locktag);
-			w->what = psprintf("%s on %s",
-							   GetLockmodeName(waiting->locktag.locktag_lockmethodid,
-											   waiting->waitLockMode),
-							   buf.data);
-			w->ident = (uint64) waiting->waitStart;
-		}
-		for (i = 0; i < bproc->num_locks; i++)
-		{
-			LockInstanceData *other = &locks[i];
-			bool		blocks = false;
-
-			if (other == waiting || other->leaderPid == waiting->leaderPid)
-				continue;
-			if (other->holdMask & conflicts)
-				blocks = true;
-			else if (other->waitLockMode != NoLock &&
-					 (conflicts & LOCKBIT_ON(other->waitLockMode)))
-			{
-				int			k;
-
-				for (k = 0; k < bproc->num_waiters; k++)
-					if (ahead[k] == other->pid)
-						blocks = true;
-			}
-			if (blocks)
-				dl_add_blocker(w, other->leaderPid, &room);
-		}
-	}
+	if (!rlock_pg_wait(w->pid, &pw))
+		return;
+	w->what = pw.what;
+	w->ident = (uint64) pw.since;
+	w->nblockers = pw.nblockers;
+	w->blockers = pw.blockers;
 }
 
 /*
@@ -438,4 +388,26 @@ rlock_deadlock_look(const char *noted)
 		result = pstrdup(found);
 	MemoryContextDelete(cxt);
 	return result;
+}
+
+/*
+ * The worker found this session's wait on a cycle across instances
+ * (worker/wfg.c), confirmed as ours are, and says so in "detail" (the
+ * slot's: copied before the request is given up).  Unless its answer
+ * came first, give the request up and raise 40P01.
+ */
+void
+rlock_deadlock_told(const char *detail)
+{
+	char		copy[RLOCK_DETAIL_LEN];
+
+	strlcpy(copy, detail, sizeof(copy));
+	if (!rlock_give_up_unanswered())
+		return;
+	pgstat_report_deadlock();
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			 errmsg("deadlock detected"),
+			 errdetail_internal("%s", copy),
+			 errhint("See server log for query details.")));
 }

@@ -261,6 +261,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		RlockSlotState state;
 		RlockStatus status = RLOCK_STATUS_NONE;
 		bool		busy;
+		bool		deadlock;
 		TimestampTz now;
 		TimestampTz until;
 		TimestampTz wake_at;
@@ -271,6 +272,7 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 		Assert(slot->seq == seq);
 		state = slot->state;
 		busy = slot->busy;
+		deadlock = slot->deadlock;
 		if (state == RLOCK_SLOT_DONE)
 		{
 			status = slot->status;
@@ -289,6 +291,10 @@ rlock_wait_for_answer(RlockSlot *slot, uint64 seq, TimestampTz wait_until,
 			request_active = false;
 			return status;
 		}
+
+		/* the worker found a deadlock across instances through this wait */
+		if (deadlock)
+			rlock_deadlock_told(slot->detail);
 
 		now = GetCurrentTimestamp();
 		until = (state == RLOCK_SLOT_PENDING) ? take_by : answer_by;
@@ -392,6 +398,8 @@ rlock_request(const RlockRequest *req, int64 *value)
 	slot->latch = MyLatch;
 	slot->args = req->args;
 	slot->args.owner_id = rlock_my_owner_id();
+	slot->args.deadlock_global =
+		(rlock_deadlock_detection == RLOCK_DEADLOCK_GLOBAL);
 	slot->pid = MyProcPid;
 	slot->userid = GetSessionUserId();
 	slot->submitted_at = GetCurrentTimestamp();
@@ -408,6 +416,7 @@ rlock_request(const RlockRequest *req, int64 *value)
 	Assert(slot->state == RLOCK_SLOT_IDLE);
 	seq = ++slot->seq;
 	slot->busy = false;
+	slot->deadlock = false;
 	slot->status = RLOCK_STATUS_NONE;
 	slot->value = 0;
 	slot->detail[0] = '\0';

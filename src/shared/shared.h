@@ -150,6 +150,9 @@ typedef struct RlockRequestArgs
 	uint8		mode;			/* the kind's mode; 0 for a kind without */
 	bool		want_token;		/* ACQUIRE: count a fencing token */
 	bool		session;		/* ACQUIRE: for a session-scoped hold */
+	bool		deadlock_global;	/* ACQUIRE: the worker looks for
+									 * deadlocks across instances through
+									 * its wait (rlock.deadlock_detection) */
 	bool		checked;		/* ACQUIRE: the commit checks the hold
 								 * (transaction-scoped, a check before
 								 * commit that is not off) */
@@ -196,6 +199,9 @@ typedef struct RlockSlot
 
 	/* set by the worker: ACQUIRE found the lock busy and waits */
 	bool		busy;
+	/* set by the worker: ACQUIRE closes a deadlock across instances, which
+	 * "detail" describes; the backend gives the request up (worker/wfg.c) */
+	bool		deadlock;
 
 	/* the result: written by the worker before it becomes DONE */
 	RlockStatus status;
@@ -560,6 +566,16 @@ extern void rlock_instance_display_name(char *buf, int buflen);
 #define RLOCK_OWNER_FIELD(owner_id, mode)	((owner_id) + (uint64) (mode))
 extern HTAB *rlock_keyref_table(const char *name, Size entrysize,
 								MemoryContext cxt);
+
+/* pgwaits.c: a process's wait for a PostgreSQL lock, and who blocks it */
+typedef struct RlockPgWait
+{
+	char	   *what;			/* "ShareLock on transaction 740" */
+	TimestampTz since;			/* when the wait began */
+	int			nblockers;
+	int		   *blockers;		/* lock group leaders' pids */
+} RlockPgWait;
+extern bool rlock_pg_wait(int pid, RlockPgWait *wait);
 
 /* slots.c: Redis Cluster hash slots; names.c: names that fit their slot */
 #define RLOCK_CLUSTER_SLOTS		16384

@@ -190,6 +190,7 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 		case WORKER_CMD_REGISTER:
 		case WORKER_CMD_PUBLISH:
 		case WORKER_CMD_TRACK:
+		case WORKER_CMD_WFG:
 			break;
 	}
 	switch (wc->type)
@@ -215,6 +216,9 @@ worker_cmd_done(RlockConn *conn, RlockCmd *cmd, const RlockReply *reply)
 			break;
 		case WORKER_CMD_REGISTER:
 			rlock_registry_reply(conn, wc, reply);
+			break;
+		case WORKER_CMD_WFG:
+			rlock_wfg_reply(conn, wc, reply);
 			break;
 		case WORKER_CMD_SYNC:
 			worker_sync_reply(conn, wc, reply);
@@ -457,6 +461,7 @@ worker_init(void)
 	rlock_waiters_init(rlock_shared->nslots);
 	rlock_kinds_init();
 	rlock_registry_init();
+	rlock_wfg_init();
 	rlock_redis_start(&worker_events);
 	MemoryContextSwitchTo(old);
 }
@@ -514,6 +519,7 @@ rlock_worker_main(Datum main_arg)
 		worker_sync_flush();
 		rlock_renew_tick(now);
 		rlock_registry_tick(now);
+		rlock_wfg_tick(now);
 		if (now >= sweep_at)
 		{
 			rlock_owners_sweep();
@@ -526,6 +532,7 @@ rlock_worker_main(Datum main_arg)
 		next = Min(Min(rlock_redis_next_tick(), worker_next_timer()),
 				   Min(rlock_renew_next(), worker_releases_next()));
 		next = Min(next, rlock_registry_next());
+		next = Min(next, rlock_wfg_next());
 		if (rlock_worker_stopping)
 			next = Min(next, now < stop_pins_by ?
 					   TimestampTzPlusMilliseconds(now, 20) : stop_by);

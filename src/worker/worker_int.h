@@ -43,7 +43,9 @@ typedef enum WorkerCmdType
 	WORKER_CMD_TRACK,			/* client-side tracking (track.c) */
 	WORKER_CMD_TRANSFER,		/* a release that hands the lock to a
 								 * local waiter (transfer.c) */
-	WORKER_CMD_ACQUIRE_SET		/* the acquire_set script for a request */
+	WORKER_CMD_ACQUIRE_SET,		/* the acquire_set script for a request */
+	WORKER_CMD_WFG				/* this instance's part of the wait-for
+								 * graph, and the search (wfg.c) */
 } WorkerCmdType;
 
 /*
@@ -264,6 +266,11 @@ extern void rlock_owners_each(void (*fn) (uint64 owner_id, int pid, void *arg),
 							  void *arg);
 
 /* registry.c: this instance's name and sessions, in Redis */
+extern void rlock_wfg_init(void);
+extern void rlock_wfg_tick(TimestampTz now);
+extern TimestampTz rlock_wfg_next(void);
+extern void rlock_wfg_reply(RlockConn *conn, WorkerCmd *wc,
+							const RlockReply *reply);
 extern void rlock_registry_init(void);
 extern void rlock_registry_touch(void);
 extern void rlock_registry_tick(TimestampTz now);

@@ -1,0 +1,253 @@
+-- The wait-for graph of every instance sharing this Redis, for deadlocks
+-- across instances (worker/wfg.c): write this instance's part, and look
+-- for a cycle through each of its sessions that wait for a lock.
+--
+-- KEYS[1]  nodes: session -> its wait (msgpack: expires, written,
+--          description, {key, mode}..., {session}...)
+-- KEYS[2]  holds: lock key -> {instance -> {expires, written,
+--          {session, mode}...}} (msgpack): who holds a key someone waits for
+-- KEYS[3]  suspects: session -> {cycle, since, expires} (msgpack)
+-- KEYS[4]  this instance's index: the fields it wrote last time
+--          (msgpack: {sessions}, {keys})
+-- ARGV[1]  this instance's uuid
+-- ARGV[2]  how long an entry lives, in ms (the worker rewrites it sooner)
+-- ARGV[3]  the most sessions a search visits
+-- ARGV[4]  how many nodes follow, each: session, description, k, then k
+--          pairs (key, mode "x" or "s"), d, then d sessions it waits for
+--          (a PostgreSQL lock wait); then how many holds, each: key, c,
+--          c pairs (session, mode); then how many sessions to check, and
+--          those sessions.
+--
+-- A session is "<uuid>:<n>"; every key and name is binary-safe.  Times
+-- are Redis's (TIME): no host clock is compared with another.
+--
+-- Returns {keys waited for by live entries (at most 1000), victims}: a
+-- victim is {session, description...} along its cycle, from itself.  A
+-- cycle is found once, noted as the checking session's suspect, and acted
+-- on only when found again with every entry on it written since: the
+-- entries of sessions that stopped waiting are gone or old by then.  A
+-- session on a cycle another session suspects waits for that one's
+-- verdict, so a cycle has one victim.  A cycle of this instance's sessions
+-- alone is left to the instance (backend/deadlock.c).
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local uuid = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+
+-- this instance's entries of last time go; the new ones replace them
+local index = redis.call('get', KEYS[4])
+if index then
+	index = cmsgpack.unpack(index)
+	for _, node in ipairs(index[1]) do
+		redis.call('hdel', KEYS[1], node)
+	end
+	for _, key in ipairs(index[2]) do
+		local packed = redis.call('hget', KEYS[2], key)
+		if packed then
+			local parts = cmsgpack.unpack(packed)
+			parts[uuid] = nil
+			if next(parts) == nil then
+				redis.call('hdel', KEYS[2], key)
+			else
+				redis.call('hset', KEYS[2], key, cmsgpack.pack(parts))
+			end
+		end
+	end
+end
+local written_nodes, written_keys = {}, {}
+
+local i = 4
+local function arg()
+	i = i + 1
+	return ARGV[i - 1]
+end
+
+for _ = 1, tonumber(arg()) do
+	local node, desc = arg(), arg()
+	local keys, direct = {}, {}
+	for k = 1, tonumber(arg()) do
+		keys[k] = {arg(), arg()}
+	end
+	for d = 1, tonumber(arg()) do
+		direct[d] = arg()
+	end
+	redis.call('hset', KEYS[1], node,
+		cmsgpack.pack({now + ttl, now, desc, keys, direct}))
+	written_nodes[#written_nodes + 1] = node
+end
+for _ = 1, tonumber(arg()) do
+	local key = arg()
+	local holders = {}
+	for h = 1, tonumber(arg()) do
+		holders[h] = {arg(), arg()}
+	end
+	local packed = redis.call('hget', KEYS[2], key)
+	local parts = packed and cmsgpack.unpack(packed) or {}
+	parts[uuid] = {now + ttl, now, holders}
+	redis.call('hset', KEYS[2], key, cmsgpack.pack(parts))
+	written_keys[#written_keys + 1] = key
+end
+local check = {}
+for c = 1, tonumber(arg()) do
+	check[c] = arg()
+end
+
+-- every live entry, read once; expired ones (of instances that stopped
+-- writing) go, and the keys live ones wait for are listed, for their
+-- holders to say who they are
+local entries, waited, nwaited, seen_keys = {}, {}, 0, {}
+local all = redis.call('hgetall', KEYS[1])
+for f = 1, #all, 2 do
+	local v = cmsgpack.unpack(all[f + 1])
+	if v[1] <= now then
+		redis.call('hdel', KEYS[1], all[f])
+	else
+		entries[all[f]] = v
+		for _, km in ipairs(v[4]) do
+			if not seen_keys[km[1]] and nwaited < 1000 then
+				seen_keys[km[1]] = true
+				nwaited = nwaited + 1
+				waited[nwaited] = km[1]
+			end
+		end
+	end
+end
+local function entry(node)
+	return entries[node] or false
+end
+local holds = {}
+local function holders_of(key)
+	local h = holds[key]
+	if h == nil then
+		local packed = redis.call('hget', KEYS[2], key)
+		h = {}
+		if packed then
+			for _, part in pairs(cmsgpack.unpack(packed)) do
+				if part[1] > now then
+					for _, who in ipairs(part[3]) do
+						h[#h + 1] = {who[1], who[2], part[2]}
+					end
+				end
+			end
+		end
+		holds[key] = h
+	end
+	return h
+end
+
+-- the sessions "node" waits for, each with when the facts behind the
+-- edge were written (the older of the entry and the holders' part)
+local function edges(node, e)
+	local out = {}
+	for _, km in ipairs(e[4]) do
+		for _, who in ipairs(holders_of(km[1])) do
+			if who[1] ~= node and (km[2] ~= 's' or who[2] ~= 's') then
+				out[#out + 1] = {who[1], math.min(e[2], who[3])}
+			end
+		end
+	end
+	for _, other in ipairs(e[5]) do
+		out[#out + 1] = {other, e[2]}
+	end
+	return out
+end
+
+-- a path from "start" back to it: the sessions on it from start, and the
+-- oldest write behind its edges; nil if there is none within the limit
+local function cycle(start)
+	local first = entry(start)
+	if not first then
+		return nil
+	end
+	local parent, written, seen = {}, {}, {[start] = true}
+	local stack = {start}
+	local visited = 0
+	while #stack > 0 and visited < limit do
+		local node = table.remove(stack)
+		visited = visited + 1
+		local e = entry(node)
+		if e then
+			for _, edge in ipairs(edges(node, e)) do
+				local next_node, w = edge[1], edge[2]
+				if next_node == start then
+					local path, oldest = {}, w
+					local n = node
+					while n ~= start do
+						table.insert(path, 1, n)
+						oldest = math.min(oldest, written[n])
+						n = parent[n]
+					end
+					table.insert(path, 1, start)
+					return path, oldest
+				end
+				if not seen[next_node] then
+					seen[next_node] = true
+					parent[next_node] = node
+					written[next_node] = w
+					stack[#stack + 1] = next_node
+				end
+			end
+		end
+	end
+	return nil
+end
+
+local function suspect(node)
+	local packed = redis.call('hget', KEYS[3], node)
+	if not packed then
+		return nil
+	end
+	local s = cmsgpack.unpack(packed)
+	if s[3] <= now then
+		redis.call('hdel', KEYS[3], node)
+		return nil
+	end
+	return s
+end
+
+local victims = {}
+local prefix = uuid .. ':'
+for _, node in ipairs(check) do
+	local path, oldest = cycle(node)
+	local ours = true
+	local other_suspect = false
+	if path then
+		for p = 1, #path do
+			if string.sub(path[p], 1, #prefix) ~= prefix then
+				ours = false
+			end
+			if p > 1 and suspect(path[p]) then
+				other_suspect = true
+			end
+		end
+	end
+	if not path or ours then
+		redis.call('hdel', KEYS[3], node)
+	elseif not other_suspect then
+		local sig = table.concat(path, '\n')
+		local mine = suspect(node)
+		if mine and mine[1] == sig and oldest > mine[2] then
+			local v = {node}
+			for p = 1, #path do
+				v[#v + 1] = entry(path[p])[3]
+			end
+			victims[#victims + 1] = v
+			redis.call('hdel', KEYS[1], node)
+			redis.call('hdel', KEYS[3], node)
+		elseif not mine or mine[1] ~= sig then
+			redis.call('hset', KEYS[3], node,
+				cmsgpack.pack({sig, now, now + 3 * ttl}))
+		end
+	end
+end
+
+redis.call('set', KEYS[4], cmsgpack.pack({written_nodes, written_keys}))
+-- the graph goes once no instance has written for an entry's life (an
+-- instance that writes less often extends, nobody shortens)
+for k = 1, 4 do
+	if redis.call('pttl', KEYS[k]) < ttl then
+		redis.call('pexpire', KEYS[k], ttl)
+	end
+end
+return {waited, victims}

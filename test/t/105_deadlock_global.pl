@@ -1,0 +1,135 @@
+# Deadlocks across two instances sharing a Redis
+# (rlock.deadlock_detection = global, worker/wfg.c, wfg.lua).
+#
+# deadlock_timeout is 300 ms on both.  Each cycle: exactly one session
+# fails with 40P01 "deadlock detected", its detail naming each wait and
+# its instance, within a few deadlock_timeouts; the others commit.
+#
+# - two rlocks crossed between the instances;
+# - an rlock on one instance, a row and an rlock on the other (the cycle
+#   closed by a row wait);
+# - a Redisson client holding what one waits for: no victim, the wait runs
+#   out by its own bound;
+# - rlock.deadlock_detection = local: no victim across instances.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use RlockTest;
+use RlockTest::Redis;
+use RlockTest::TLS;
+
+plan skip_all => 'the search needs no TLS of its own: the plain round runs this'
+  if RlockTest::TLS::everywhere();
+
+my $redis = RlockTest::Redis->start;
+my @conf = ("deadlock_timeout = '300ms'", "rlock.deadlock_detection = global",
+	'log_min_messages = warning');
+my $n1 = RlockTest::node('one', $redis, conf => \@conf);
+my $n2 = RlockTest::node('two', $redis, conf => \@conf);
+$n1->safe_psql('postgres', q{
+	CREATE TABLE t (id int PRIMARY KEY, v int);
+	INSERT INTO t SELECT g, 0 FROM generate_series(1, 10) g;
+});
+
+my ($a, $c) = map { RlockTest::session($n1) } 1 .. 2;
+my ($b) = RlockTest::session($n2);
+my ($pa, $pb, $pc) = map { $_->{rlock_pid} } ($a, $b, $c);
+
+# The sessions that fail with 40P01 among @sessions (pumped for 15 s at
+# most), and how long after $t0 the first did.
+sub victims
+{
+	my ($t0, @sessions) = @_;
+	my (@v, $first);
+	my $deadline = time + 15;
+	while (!@v && time < $deadline)
+	{
+		for my $s (@sessions)
+		{
+			$s->{run}->pump_nb;
+			if ($s->{stderr} =~ /40P01/)
+			{
+				$first //= time - $t0;
+				push @v, $s;
+			}
+		}
+		usleep(10_000);
+	}
+	return (\@v, $first);
+}
+
+#---- two rlocks crossed between the instances ----
+
+$a->query_safe("BEGIN; SELECT rlock_try('g:1')");
+$b->query_safe("BEGIN; SELECT rlock_try('g:2')");
+RlockTest::send_query($a, "SELECT rlock_try('g:2', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n1, 'g:2');
+my $t0 = time;
+RlockTest::send_query($b, "SELECT rlock_try('g:1', '60 s'); COMMIT;");
+my ($v, $took) = victims($t0, $a, $b);
+is(scalar @$v, 1, 'two instances: one session fails with 40P01');
+note(sprintf('found after %.2f s', $took // -1));
+cmp_ok($took // 99, '<', 10 * 0.3, 'within ten deadlock_timeouts');
+my ($out, $err) = RlockTest::collect($v->[0]);
+like($err, qr/deadlock detected/, 'deadlock detected');
+like($err, qr/Process $pa of instance "one" waits for ExclusiveLock on rlock "g:2"; blocked by process $pb of instance "two"\./,
+	"the detail names one's wait, blocked by two's process");
+like($err, qr/Process $pb of instance "two" waits for ExclusiveLock on rlock "g:1"; blocked by process $pa of instance "one"\./,
+	"and two's wait, blocked by one's");
+my $other = $v->[0] == $a ? $b : $a;
+($out, $err) = RlockTest::collect($other);
+unlike($err, qr/ERROR/, 'the other session gets its lock and commits');
+
+#---- a row on one instance closes a cycle through the other ----
+
+# c (one) holds row 1 and waits for g:3, held by b (two); b waits for g:4,
+# held by a (one); a waits for row 1
+$c->query_safe("BEGIN; UPDATE t SET v = v + 1 WHERE id = 1");
+$a->query_safe("BEGIN; SELECT rlock_try('g:4')");
+$b->query_safe("BEGIN; SELECT rlock_try('g:3')");
+RlockTest::send_query($c, "SELECT rlock_try('g:3', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n1, 'g:3');
+RlockTest::send_query($b, "SELECT rlock_try('g:4', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n2, 'g:4');
+$t0 = time;
+RlockTest::send_query($a, "UPDATE t SET v = v + 1 WHERE id = 1; COMMIT;");
+($v, $took) = victims($t0, $a, $b, $c);
+is(scalar @$v, 1, 'a row closes the cycle: one session fails with 40P01');
+note(sprintf('found after %.2f s', $took // -1));
+isnt($v->[0], $a, 'the victim waits for a lock, not for the row');
+($out, $err) = RlockTest::collect($v->[0]);
+like($err, qr/waits for ShareLock on transaction \d+; blocked by process $pc of instance "one"/,
+	'the detail has the row wait');
+for my $s (grep { $_ != $v->[0] } ($a, $b, $c))
+{
+	($out, $err) = RlockTest::collect($s);
+	unlike($err, qr/ERROR/, 'the others go on and commit');
+}
+
+#---- a Redisson client in the way ----
+
+$redis->cmd('HSET', 'g:5', 'dead0000-1111-4222-8333-444455556666:42', 1);
+$redis->cmd('PEXPIRE', 'g:5', 60000);
+$a->query_safe("BEGIN; SELECT rlock_try('g:6')");
+RlockTest::send_query($a, "SELECT rlock_try('g:5', '3 s'); COMMIT;");
+RlockTest::send_query($b, "BEGIN; SELECT rlock_try('g:6', '3 s'); COMMIT;");
+($out, $err) = RlockTest::collect($b);
+is($out, 'f', 'a Redisson client in the way: no victim, the wait runs out');
+unlike($err, qr/40P01/, 'no deadlock reported');
+RlockTest::collect($a);
+$redis->cmd('DEL', 'g:5');
+
+#---- the graph in Redis ----
+
+ok( RlockTest::wait_until(
+		sub { $redis->cmd('HLEN', 'rlock_wfg:{rlock_wfg}:nodes') == 0 }, 10),
+	'no wait left in the graph once nothing waits');
+
+$_->quit for ($a, $b, $c);
+$n1->stop;
+$n2->stop;
+$redis->stop;
+done_testing();
