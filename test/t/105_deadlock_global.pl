@@ -8,6 +8,8 @@
 # - two rlocks crossed between the instances;
 # - an rlock on one instance, a row and an rlock on the other (the cycle
 #   closed by a row wait);
+# - four sessions, two on each instance, a row and an rlock each side:
+#   one rlock waiter is the victim;
 # - a Redisson client holding what one waits for: no victim, the wait runs
 #   out by its own bound;
 # - rlock.deadlock_detection = local: no victim across instances.
@@ -29,10 +31,13 @@ my @conf = ("deadlock_timeout = '300ms'", "rlock.deadlock_detection = global",
 	'log_min_messages = warning');
 my $n1 = RlockTest::node('one', $redis, conf => \@conf);
 my $n2 = RlockTest::node('two', $redis, conf => \@conf);
-$n1->safe_psql('postgres', q{
-	CREATE TABLE t (id int PRIMARY KEY, v int);
-	INSERT INTO t SELECT g, 0 FROM generate_series(1, 10) g;
-});
+for my $n ($n1, $n2)
+{
+	$n->safe_psql('postgres', q{
+		CREATE TABLE t (id int PRIMARY KEY, v int);
+		INSERT INTO t SELECT g, 0 FROM generate_series(1, 10) g;
+	});
+}
 
 my ($a, $c) = map { RlockTest::session($n1) } 1 .. 2;
 my ($b) = RlockTest::session($n2);
@@ -109,13 +114,49 @@ for my $s (grep { $_ != $v->[0] } ($a, $b, $c))
 	unlike($err, qr/ERROR/, 'the others go on and commit');
 }
 
+#---- four sessions, a row and an rlock on each instance ----
+
+# a (one) holds g:7 and waits for row 2 of one, held by c (one); c waits
+# for g:8, held by b (two); b waits for row 2 of two, held by d (two); d
+# waits for g:7
+{
+	my $d = RlockTest::session($n2);
+	my $pd = $d->{rlock_pid};
+	$c->query_safe("BEGIN; UPDATE t SET v = v + 1 WHERE id = 2");
+	$d->query_safe("BEGIN; UPDATE t SET v = v + 1 WHERE id = 2");
+	$a->query_safe("BEGIN; SELECT rlock_try('g:7')");
+	$b->query_safe("BEGIN; SELECT rlock_try('g:8')");
+	RlockTest::send_query($a, "UPDATE t SET v = v + 1 WHERE id = 2; COMMIT;");
+	RlockTest::send_query($b, "UPDATE t SET v = v + 1 WHERE id = 2; COMMIT;");
+	RlockTest::send_query($c, "SELECT rlock_try('g:8', '60 s'); COMMIT;");
+	RlockTest::waiting_in_sql($n1, 'g:8');
+	$t0 = time;
+	RlockTest::send_query($d, "SELECT rlock_try('g:7', '60 s'); COMMIT;");
+	($v, $took) = victims($t0, $a, $b, $c, $d);
+	is(scalar @$v, 1, 'four sessions over two instances: one session fails with 40P01');
+	note(sprintf('found after %.2f s', $took // -1));
+	ok(@$v && ($v->[0] == $c || $v->[0] == $d), 'the victim waits for a lock');
+	($out, $err) = RlockTest::collect($v->[0]);
+	like($err, qr/Process $pd of instance "two" waits for ExclusiveLock on rlock "g:7"; blocked by process $pa of instance "one"\./,
+		"the detail has d's wait");
+	like($err, qr/Process $pb of instance "two" waits for ShareLock on transaction \d+; blocked by process $pd of instance "two"\./,
+		"and b's row wait");
+	for my $s (grep { $_ != $v->[0] } ($a, $b, $c, $d))
+	{
+		($out, $err) = RlockTest::collect($s);
+		unlike($err, qr/ERROR/, 'the others go on and commit');
+	}
+	$d->quit;
+}
+
 #---- a Redisson client in the way ----
 
 $redis->cmd('HSET', 'g:5', 'dead0000-1111-4222-8333-444455556666:42', 1);
 $redis->cmd('PEXPIRE', 'g:5', 60000);
 $a->query_safe("BEGIN; SELECT rlock_try('g:6')");
-RlockTest::send_query($a, "SELECT rlock_try('g:5', '3 s'); COMMIT;");
-RlockTest::send_query($b, "BEGIN; SELECT rlock_try('g:6', '3 s'); COMMIT;");
+# b's wait runs out first (a's end would give b the lock)
+RlockTest::send_query($a, "SELECT rlock_try('g:5', '5 s'); COMMIT;");
+RlockTest::send_query($b, "BEGIN; SELECT rlock_try('g:6', '2 s'); COMMIT;");
 ($out, $err) = RlockTest::collect($b);
 is($out, 'f', 'a Redisson client in the way: no victim, the wait runs out');
 unlike($err, qr/40P01/, 'no deadlock reported');
