@@ -344,7 +344,8 @@ rlock_wfg_tick(TimestampTz now)
 	char		key[64];
 	int			i;
 
-	if (wfg_inflight || now < wfg_next || DeadlockTimeout <= 0)
+	if (wfg_inflight || now < wfg_next || DeadlockTimeout <= 0 ||
+		(!wfg_wrote && !worker_requests_waiting()))
 		return;
 	wfg_next = TimestampTzPlusMilliseconds(now, Max(DeadlockTimeout, 10));
 	snprintf(key, sizeof(key), "%s:nodes", WFG_TAG);
@@ -399,10 +400,17 @@ rlock_wfg_tick(TimestampTz now)
 	}
 }
 
+/*
+ * When the next call is due: never while one is on the wire, nor while no
+ * request waits and nothing of ours is in Redis (a wait that begins wakes
+ * the loop, which asks again).
+ */
 TimestampTz
 rlock_wfg_next(void)
 {
-	return wfg_inflight ? DT_NOEND : wfg_next;
+	if (wfg_inflight || (!wfg_wrote && !worker_requests_waiting()))
+		return DT_NOEND;
+	return wfg_next;
 }
 
 /*
