@@ -30,6 +30,55 @@
 -- verdict, so a cycle has one victim.  A cycle of this instance's sessions
 -- alone is left to the instance (backend/deadlock.c).
 local t = redis.call('time')
+
+-- Entries are read back with these: one that is not msgpack or not of the
+-- shape an instance writes (another client wrote it) is treated as
+-- absent and deleted, so that it cannot stop every instance's search
+local function list_of_strings(l, width)
+	if type(l) ~= 'table' then
+		return false
+	end
+	for _, x in ipairs(l) do
+		if width == 0 then
+			if type(x) ~= 'string' then
+				return false
+			end
+		elseif type(x) ~= 'table' or type(x[1]) ~= 'string' or
+			type(x[2]) ~= 'string' then
+			return false
+		end
+	end
+	return true
+end
+local function decode(packed, valid)
+	local ok, v = pcall(cmsgpack.unpack, packed)
+	if ok and type(v) == 'table' and valid(v) then
+		return v
+	end
+	return nil
+end
+local function valid_node(v)
+	return type(v[1]) == 'number' and type(v[2]) == 'number' and
+		type(v[3]) == 'string' and list_of_strings(v[4], 2) and
+		list_of_strings(v[5], 0)
+end
+local function valid_holds(v)
+	for _, part in pairs(v) do
+		if type(part) ~= 'table' or type(part[1]) ~= 'number' or
+			type(part[2]) ~= 'number' or not list_of_strings(part[3], 2) then
+			return false
+		end
+	end
+	return true
+end
+local function valid_suspect(v)
+	return type(v[1]) == 'string' and type(v[2]) == 'number' and
+		type(v[3]) == 'number'
+end
+local function valid_index(v)
+	return list_of_strings(v[1], 0) and list_of_strings(v[2], 0)
+end
+
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local uuid = ARGV[1]
 local ttl = tonumber(ARGV[2])
@@ -37,17 +86,19 @@ local limit = tonumber(ARGV[3])
 
 -- this instance's entries of last time go; the new ones replace them
 local index = redis.call('get', KEYS[4])
+index = index and decode(index, valid_index)
 if index then
-	index = cmsgpack.unpack(index)
 	for _, node in ipairs(index[1]) do
 		redis.call('hdel', KEYS[1], node)
 	end
 	for _, key in ipairs(index[2]) do
 		local packed = redis.call('hget', KEYS[2], key)
+		local parts = packed and decode(packed, valid_holds)
 		if packed then
-			local parts = cmsgpack.unpack(packed)
-			parts[uuid] = nil
-			if next(parts) == nil then
+			if parts then
+				parts[uuid] = nil
+			end
+			if not parts or next(parts) == nil then
 				redis.call('hdel', KEYS[2], key)
 			else
 				redis.call('hset', KEYS[2], key, cmsgpack.pack(parts))
@@ -83,7 +134,7 @@ for _ = 1, tonumber(arg()) do
 		holders[h] = {arg(), arg()}
 	end
 	local packed = redis.call('hget', KEYS[2], key)
-	local parts = packed and cmsgpack.unpack(packed) or {}
+	local parts = packed and decode(packed, valid_holds) or {}
 	parts[uuid] = {now + ttl, now, holders}
 	redis.call('hset', KEYS[2], key, cmsgpack.pack(parts))
 	written_keys[#written_keys + 1] = key
@@ -99,8 +150,8 @@ end
 local entries, waited, nwaited, seen_keys = {}, {}, 0, {}
 local all = redis.call('hgetall', KEYS[1])
 for f = 1, #all, 2 do
-	local v = cmsgpack.unpack(all[f + 1])
-	if v[1] <= now then
+	local v = decode(all[f + 1], valid_node)
+	if not v or v[1] <= now then
 		redis.call('hdel', KEYS[1], all[f])
 	else
 		entries[all[f]] = v
@@ -122,8 +173,11 @@ local function holders_of(key)
 	if h == nil then
 		local packed = redis.call('hget', KEYS[2], key)
 		h = {}
-		if packed then
-			for _, part in pairs(cmsgpack.unpack(packed)) do
+		local parts = packed and decode(packed, valid_holds)
+		if packed and not parts then
+			redis.call('hdel', KEYS[2], key)
+		elseif parts then
+			for _, part in pairs(parts) do
 				if part[1] > now then
 					for _, who in ipairs(part[3]) do
 						h[#h + 1] = {who[1], who[2], part[2]}
@@ -198,8 +252,8 @@ local function suspect(node)
 	if not packed then
 		return nil
 	end
-	local s = cmsgpack.unpack(packed)
-	if s[3] <= now then
+	local s = decode(packed, valid_suspect)
+	if not s or s[3] <= now then
 		redis.call('hdel', KEYS[3], node)
 		return nil
 	end
