@@ -311,22 +311,23 @@ wfg_add_holds(WfgBuild *b)
 				rlock_args_add(b->args, wfg_waited[k], wfg_waited_len[k]);
 				/* the count is not known yet: holders go in after it */
 			}
-			appendBinaryStringInfo(&who, (char *) &i, sizeof(int));
+			/* what this read says: the slot may be another's by now */
+			appendBinaryStringInfo(&who, (char *) &h.owner_id, sizeof(uint64));
+			appendStringInfoChar(&who, h.mode == RLOCK_MODE_SHARED ? 's' : 'x');
 		}
 		if (count == 0)
 			continue;
 		rlock_args_int(b->args, count);
 		for (i = 0; i < count; i++)
 		{
-			int			index;
-			RlockHold	h;
+			uint64		owner_id;
 			char		node[RLOCK_OWNER_MAXLEN];
+			const char *at = who.data + i * (sizeof(uint64) + 1);
 
-			memcpy(&index, who.data + i * sizeof(int), sizeof(int));
-			rlock_hold_read(index, &h);
-			rlock_owner_name(node, h.owner_id);
+			memcpy(&owner_id, at, sizeof(uint64));
+			rlock_owner_name(node, owner_id);
 			rlock_args_cstr(b->args, node);
-			rlock_args_cstr(b->args, h.mode == RLOCK_MODE_SHARED ? "s" : "x");
+			rlock_args_add(b->args, at + sizeof(uint64), 1);
 		}
 		b->nholds++;
 	}
