@@ -65,6 +65,8 @@ static bool wfg_inflight = false;
 static bool wfg_wrote = false;	/* entries of ours may be in Redis */
 static bool wfg_refusal_logged = false;
 static TimestampTz wfg_next = 0;
+static TimestampTz wfg_sent_at = 0;
+static bool wfg_withdraw = false;	/* a wait of ours in the graph ended */
 
 /* The keys others wait for, from the latest reply */
 static MemoryContext wfg_cxt = NULL;
@@ -333,6 +335,31 @@ wfg_add_holds(WfgBuild *b)
 	}
 }
 
+/*
+ * Has a wait that the graph has from us ended (granted, run out, given
+ * up)?  Its entry would stand until our next call, and a search of
+ * another instance could meanwhile confirm a cycle that is gone.
+ */
+static bool
+wfg_wait_ended(void)
+{
+	int			c;
+
+	for (c = 0; c < wfg_nchecks; c++)
+	{
+		RlockSlot  *s = rlock_slot(wfg_checks[c].slot);
+		bool		waits;
+
+		SpinLockAcquire(&s->mutex);
+		waits = s->seq == wfg_checks[c].seq &&
+			s->state == RLOCK_SLOT_TAKEN && s->busy;
+		SpinLockRelease(&s->mutex);
+		if (!waits)
+			return true;
+	}
+	return false;
+}
+
 void
 rlock_wfg_tick(TimestampTz now)
 {
@@ -345,9 +372,19 @@ rlock_wfg_tick(TimestampTz now)
 	char		key[64];
 	int			i;
 
-	if (wfg_inflight || now < wfg_next || DeadlockTimeout <= 0 ||
+	if (wfg_inflight || DeadlockTimeout <= 0 ||
 		(!wfg_wrote && !worker_requests_waiting()))
 		return;
+	/* a wait that ended is withdrawn at once, at most every 10 ms */
+	if (now < wfg_next)
+	{
+		wfg_withdraw = wfg_wrote && wfg_wait_ended();
+		if (!wfg_withdraw ||
+			now < TimestampTzPlusMilliseconds(wfg_sent_at, 10))
+			return;
+	}
+	wfg_withdraw = false;
+	wfg_sent_at = now;
 	wfg_next = TimestampTzPlusMilliseconds(now, Max(DeadlockTimeout, 10));
 	snprintf(key, sizeof(key), "%s:nodes", WFG_TAG);
 	conn = rlock_redis_route(key, strlen(key));
@@ -411,6 +448,8 @@ rlock_wfg_next(void)
 {
 	if (wfg_inflight || (!wfg_wrote && !worker_requests_waiting()))
 		return DT_NOEND;
+	if (wfg_withdraw)
+		return Min(wfg_next, TimestampTzPlusMilliseconds(wfg_sent_at, 10));
 	return wfg_next;
 }
 

@@ -7,7 +7,10 @@
 #   each time, the other session commits;
 # - the same cycle ended by the bound of one wait (60 to 250 ms), near
 #   the time the search needs to confirm it, 20 times: never a victim
-#   after that wait ran out, never two;
+#   after that wait ran out, never two (one was: the ended wait's entry
+#   stood until its instance's next call, a deadlock_timeout later, and
+#   the other instance confirmed the cycle through it; a wait that ends
+#   is now withdrawn at once);
 # - a holder on the other instance that is merely slow (pg_sleep longer
 #   than many deadlock_timeouts): no victim;
 # - entries no instance wrote in each of the graph's keys (not msgpack, a
