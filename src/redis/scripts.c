@@ -30,7 +30,7 @@
 
 #include "redis/redis_int.h"
 
-#define RLOCK_MAX_SCRIPTS		32
+#define RLOCK_MAX_SCRIPTS		64
 
 typedef struct RlockScript
 {

@@ -635,4 +635,84 @@ sub free_port
 	return $port;
 }
 
+
+#---- deadlocks (tests 102 to 108) ----
+
+# pg_stat_database.deadlocks of database postgres on $node, once each
+# session of @flush has had its counts flushed (at its next statement's
+# end: as it runs pg_stat_force_next_flush())
+sub deadlocks
+{
+	my ($node, @flush) = @_;
+	$_->query_safe('SELECT pg_stat_force_next_flush()') for @flush;
+	return $node->safe_psql('postgres',
+		"SELECT deadlocks FROM pg_stat_database WHERE datname = 'postgres'");
+}
+
+# Wait (10 s at most) until the backend of session $s (made by session())
+# waits for a lock, rlock's or PostgreSQL's; returns whether it did.
+sub in_wait
+{
+	my ($s) = @_;
+	return wait_until(
+		sub {
+			$s->{rlock_node}->safe_psql('postgres',
+				"SELECT wait_event_type IN ('Lock', 'Extension') FROM pg_stat_activity WHERE pid = $s->{rlock_pid}")
+			  eq 't';
+		},
+		10);
+}
+
+# Pump the sessions @$sessions (sent statements, send_query) until one has
+# failed with 40P01, 15 s at most; returns those that have by then, and
+# how long after $t0 the first did (undef if none).
+sub deadlock_victims
+{
+	my ($sessions, $t0) = @_;
+	my (@v, $first);
+	my $deadline = time + 15;
+	while (!@v && time < $deadline)
+	{
+		for my $s (@$sessions)
+		{
+			$s->{run}->pump_nb;
+			if ($s->{stderr} =~ /40P01/)
+			{
+				$first //= time - $t0;
+				push @v, $s;
+			}
+		}
+		Time::HiRes::usleep(10_000);
+	}
+	return (\@v, $first);
+}
+
+# A pgbench script in $dir whose transactions wait for each other in
+# chains but never in a cycle: keys $prefix<1 to 25> (exclusive, or shared
+# half the time), then <26 to 50> as fair locks, then a row of table rows
+# (ids 1 to 50), held 0 to $max_ms ms: one order for all.
+sub deadlock_free_script
+{
+	my ($dir, $prefix, $max_ms) = @_;
+	my $script = "$dir/storm.sql";
+	open(my $fh, '>', $script) or die "$script: $!";
+	print $fh "\\set k1 random(1, 25)\n"
+	  . "\\set k2 random(26, 50)\n"
+	  . "\\set r random(1, 50)\n"
+	  . "\\set shared random(0, 1)\n"
+	  . "\\set ms random(0, $max_ms)\n"
+	  . "BEGIN;\n"
+	  . "\\if :shared\n"
+	  . "SELECT rlock_lock_shared('$prefix' || :k1);\n"
+	  . "\\else\n"
+	  . "SELECT rlock_lock('$prefix' || :k1);\n"
+	  . "\\endif\n"
+	  . "SELECT rlock_lock_fair('$prefix' || :k2);\n"
+	  . "UPDATE rows SET v = v + 1 WHERE id = :r;\n"
+	  . "SELECT pg_sleep(:ms / 1000.0);\n"
+	  . "COMMIT;\n";
+	close $fh;
+	return $script;
+}
+
 1;

@@ -47,24 +47,7 @@ $node->safe_psql('postgres', q{
 
 my @s = map { RlockTest::session($node) } 1 .. 4;
 
-sub deadlocks
-{
-	return $node->safe_psql('postgres',
-		"SELECT deadlocks FROM pg_stat_database WHERE datname = 'postgres'");
-}
-
-# Wait until the backend of $s is in a wait (rlock or heavyweight lock).
-sub waits
-{
-	my ($s) = @_;
-	return RlockTest::wait_until(
-		sub {
-			$node->safe_psql('postgres',
-				"SELECT wait_event_type IN ('Lock', 'Extension') FROM pg_stat_activity WHERE pid = $s->{rlock_pid}")
-			  eq 't';
-		},
-		10);
-}
+sub deadlocks { return RlockTest::deadlocks($node, @_) }
 
 # Run @steps ([session, sql, waits?]) in order; the last one closes the
 # cycle.  A step that waits commits once its statement ends (the victim's
@@ -82,7 +65,7 @@ sub run_cycle
 		{
 			RlockTest::send_query($sess, "$sql COMMIT;");
 			$t0 = time;
-			waits($sess) or die "no wait: $sql" if $i < $#steps;
+			RlockTest::in_wait($sess) or die "no wait: $sql" if $i < $#steps;
 			push @waited, $sess;
 		}
 		else
@@ -95,29 +78,6 @@ sub run_cycle
 	return \@waited, $t0;
 }
 
-# The sessions of @$waited that fail with 40P01 (pumped until one does, 15
-# s at most), and how long after $t0 the first did.
-sub outcome
-{
-	my ($waited, $t0) = @_;
-	my (@victims, $first);
-	my $deadline = time + 15;
-	while (!@victims && time < $deadline)
-	{
-		for my $s (@$waited)
-		{
-			$s->{run}->pump_nb;
-			if ($s->{stderr} =~ /40P01/)
-			{
-				$first //= time - $t0;
-				push @victims, $s;
-			}
-		}
-		Time::HiRes::usleep(10_000);
-	}
-	return (\@victims, $first);
-}
-
 # A cycle closed by its last step: one victim among the sessions that
 # waited ($expect_victim if defined: the only rlock waiter), found in
 # time, its error's detail matching each of @$detail; the victim rolls
@@ -127,7 +87,7 @@ sub one_victim
 	my ($name, $expect_victim, $detail, @steps) = @_;
 	my $before = deadlocks();
 	my ($waited, $t0) = run_cycle(@steps);
-	my ($victims, $took) = outcome($waited, $t0);
+	my ($victims, $took) = RlockTest::deadlock_victims($waited, $t0);
 	is(scalar @$victims, 1, "$name: one session fails with 40P01");
 	my $victim = $victims->[0];
 	my ($out, $err) = RlockTest::collect($victim);
@@ -145,8 +105,7 @@ sub one_victim
 		  or diag($e);
 	}
 	# the victim's counts reach the statistics at its next statement's end
-	$victim->query_safe('SELECT pg_stat_force_next_flush()');
-	ok(RlockTest::wait_until(sub { deadlocks() == $before + 1 }, 10),
+	ok(RlockTest::wait_until(sub { deadlocks($victim) == $before + 1 }, 10),
 		"$name: pg_stat_database counts one deadlock");
 	is($node->safe_psql('postgres',
 			"SELECT count(*) FROM rlock_locks WHERE scope = 'transaction' OR state <> 'held'"),
@@ -249,9 +208,9 @@ like($log, qr/ERROR:  deadlock detected\n.*DETAIL:  Process $pb waits for Exclus
 	$c->query_safe("BEGIN; UPDATE t SET v = v + 1 WHERE id = 5");
 	$a->query_safe("BEGIN; SELECT rlock_try('dl:chain')");
 	RlockTest::send_query($a, "UPDATE t SET v = v + 1 WHERE id = 5; COMMIT;");
-	waits($a);
+	RlockTest::in_wait($a);
 	RlockTest::send_query($b, "BEGIN; SELECT rlock_try('dl:chain', '60 s');");
-	waits($b);
+	RlockTest::in_wait($b);
 	RlockTest::wait_until(sub { 0 }, 1.5);    # three deadlock_timeouts
 	$c->query_safe('COMMIT');
 	($out, $err) = RlockTest::collect($b);
@@ -272,7 +231,7 @@ like($log, qr/ERROR:  deadlock detected\n.*DETAIL:  Process $pb waits for Exclus
 	$b->query_safe("BEGIN; UPDATE t SET v = v + 1 WHERE id = 6");
 	$a->query_safe("BEGIN; SELECT rlock_try('dl:off')");
 	RlockTest::send_query($a, "UPDATE t SET v = v + 1 WHERE id = 6;");
-	waits($a);
+	RlockTest::in_wait($a);
 	RlockTest::send_query($b, "SET lock_timeout = '2s'; SELECT rlock_lock('dl:off');");
 	my ($out, $err) = RlockTest::collect($b);
 	like($err, qr/55P03/, 'detection off: lock_timeout ends the cycle');

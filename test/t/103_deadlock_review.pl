@@ -67,23 +67,10 @@ my $foreign = '0b7e9c1d-2f3a-4b5c-9d6e-7f8091a2b3c4:1';
 sub deadlocks
 {
 	my ($flush) = @_;
-	$_->query_safe('SELECT pg_stat_force_next_flush()') for @{ $flush // [] };
-	return $node->safe_psql('postgres',
-		"SELECT deadlocks FROM pg_stat_database WHERE datname = 'postgres'");
+	return RlockTest::deadlocks($node, @{ $flush // [] });
 }
 
-# Wait until the backend of $s is in a wait (rlock or heavyweight lock).
-sub waits
-{
-	my ($s) = @_;
-	return RlockTest::wait_until(
-		sub {
-			$node->safe_psql('postgres',
-				"SELECT wait_event_type IN ('Lock', 'Extension') FROM pg_stat_activity WHERE pid = $s->{rlock_pid}")
-			  eq 't';
-		},
-		10);
-}
+sub waits { return RlockTest::in_wait(@_) }
 
 sub nothing_left
 {

@@ -41,27 +41,7 @@ $node->safe_psql('postgres', q{
 my $before = $node->safe_psql('postgres',
 	"SELECT deadlocks FROM pg_stat_database WHERE datname = 'postgres'");
 
-my $dir = PostgreSQL::Test::Utils::tempdir;
-my $script = "$dir/storm.sql";
-open(my $fh, '>', $script) or die "$script: $!";
-print $fh <<'EOF';
-\set k1 random(1, 25)
-\set k2 random(26, 50)
-\set r random(1, 50)
-\set shared random(0, 1)
-\set ms random(0, 60)
-BEGIN;
-\if :shared
-SELECT rlock_lock_shared('storm:' || :k1);
-\else
-SELECT rlock_lock('storm:' || :k1);
-\endif
-SELECT rlock_lock_fair('storm:' || :k2);
-UPDATE rows SET v = v + 1 WHERE id = :r;
-SELECT pg_sleep(:ms / 1000.0);
-COMMIT;
-EOF
-close $fh;
+my $script = RlockTest::deadlock_free_script(PostgreSQL::Test::Utils::tempdir, 'storm:', 60);
 
 my $out = '';
 my $storm = IPC::Run::start(

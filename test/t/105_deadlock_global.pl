@@ -43,27 +43,10 @@ my ($a, $c) = map { RlockTest::session($n1) } 1 .. 2;
 my ($b) = RlockTest::session($n2);
 my ($pa, $pb, $pc) = map { $_->{rlock_pid} } ($a, $b, $c);
 
-# The sessions that fail with 40P01 among @sessions (pumped for 15 s at
-# most), and how long after $t0 the first did.
 sub victims
 {
 	my ($t0, @sessions) = @_;
-	my (@v, $first);
-	my $deadline = time + 15;
-	while (!@v && time < $deadline)
-	{
-		for my $s (@sessions)
-		{
-			$s->{run}->pump_nb;
-			if ($s->{stderr} =~ /40P01/)
-			{
-				$first //= time - $t0;
-				push @v, $s;
-			}
-		}
-		usleep(10_000);
-	}
-	return (\@v, $first);
+	return RlockTest::deadlock_victims(\@sessions, $t0);
 }
 
 #---- two rlocks crossed between the instances ----

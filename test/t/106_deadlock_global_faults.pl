@@ -40,19 +40,8 @@ sub global
 # The sessions of @sessions that fail with 40P01 within 15 s
 sub victims
 {
-	my (@sessions) = @_;
-	my @v;
-	my $deadline = time + 15;
-	while (!@v && time < $deadline)
-	{
-		for my $s (@sessions)
-		{
-			$s->{run}->pump_nb;
-			push @v, $s if $s->{stderr} =~ /40P01/;
-		}
-		usleep(10_000);
-	}
-	return @v;
+	my ($v) = RlockTest::deadlock_victims(\@_, time);
+	return @$v;
 }
 
 # $x holds $k1, $y holds $k2, each then waits for the other's

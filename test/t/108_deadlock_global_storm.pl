@@ -31,27 +31,7 @@ my $redis = RlockTest::Redis->start;
 my @conf = ("deadlock_timeout = '100ms'", "rlock.deadlock_detection = global",
 	'log_min_messages = warning', 'max_connections = 40');
 my @nodes = map { RlockTest::node($_, $redis, conf => \@conf) } qw(east west);
-my $dir = PostgreSQL::Test::Utils::tempdir;
-my $script = "$dir/storm.sql";
-open(my $fh, '>', $script) or die "$script: $!";
-print $fh <<'EOF';
-\set k1 random(1, 25)
-\set k2 random(26, 50)
-\set r random(1, 50)
-\set shared random(0, 1)
-\set ms random(0, 150)
-BEGIN;
-\if :shared
-SELECT rlock_lock_shared('gstorm:' || :k1);
-\else
-SELECT rlock_lock('gstorm:' || :k1);
-\endif
-SELECT rlock_lock_fair('gstorm:' || :k2);
-UPDATE rows SET v = v + 1 WHERE id = :r;
-SELECT pg_sleep(:ms / 1000.0);
-COMMIT;
-EOF
-close $fh;
+my $script = RlockTest::deadlock_free_script(PostgreSQL::Test::Utils::tempdir, 'gstorm:', 150);
 
 my (@storm, @out);
 for my $i (0 .. 1)
