@@ -279,52 +279,77 @@ wfg_add_pg_waits(WfgBuild *b)
 	}
 }
 
+/* A key others wait for, and this instance's holders of it */
+typedef struct WfgWaited
+{
+	RlockKeyRef key;			/* hash key: the key, in wfg_cxt */
+	int			count;
+	StringInfoData who;			/* (owner number, mode) of each holder */
+} WfgWaited;
+
 /*
- * This instance's holders of the keys others wait for.
+ * This instance's holders of the keys others wait for: one pass over the
+ * hold table, whatever the number of keys.
  */
 static void
 wfg_add_holds(WfgBuild *b)
 {
+	HTAB	   *waited;
+	HASH_SEQ_STATUS seq;
+	WfgWaited  *w;
 	int			k;
+	int			i;
 
+	if (wfg_nwaited == 0)
+		return;
+	waited = rlock_keyref_table("rlock waited keys", sizeof(WfgWaited),
+								CurrentMemoryContext);
 	for (k = 0; k < wfg_nwaited; k++)
 	{
-		int			count = 0;
-		int			i;
-		StringInfoData who;
+		RlockKeyRef ref = {wfg_waited[k], wfg_waited_len[k]};
+		bool		found;
 
-		initStringInfo(&who);
-		for (i = 0; i < rlock_shared->nholds; i++)
+		w = hash_search(waited, &ref, HASH_ENTER, &found);
+		if (!found)
 		{
-			RlockHold	h;
-			char	   *key;
-			int			keylen;
-			int			prefixlen;
-
-			rlock_hold_read(i, &h);
-			if (!h.in_use || h.nsession + h.nxact == 0 || h.lost ||
-				!RLOCK_KIND_IN_FAMILY(h.kind) || h.keylen != wfg_waited_len[k])
-				continue;
-			key = rlock_hold_copy_key(i, h.generation, &keylen, &prefixlen);
-			if (key == NULL || memcmp(key, wfg_waited[k], keylen) != 0)
-				continue;
-			if (count++ == 0)
-			{
-				rlock_args_add(b->args, wfg_waited[k], wfg_waited_len[k]);
-				/* the count is not known yet: holders go in after it */
-			}
-			/* what this read says: the slot may be another's by now */
-			appendBinaryStringInfo(&who, (char *) &h.owner_id, sizeof(uint64));
-			appendStringInfoChar(&who, h.mode == RLOCK_MODE_SHARED ? 's' : 'x');
+			w->count = 0;
+			initStringInfo(&w->who);
 		}
-		if (count == 0)
+	}
+	for (i = 0; i < rlock_shared->nholds; i++)
+	{
+		RlockHold	h;
+		RlockKeyRef ref;
+		int			prefixlen;
+
+		rlock_hold_read(i, &h);
+		if (!h.in_use || h.nsession + h.nxact == 0 || h.lost ||
+			!RLOCK_KIND_IN_FAMILY(h.kind))
 			continue;
-		rlock_args_int(b->args, count);
-		for (i = 0; i < count; i++)
+		ref.data = rlock_hold_copy_key(i, h.generation, &ref.len, &prefixlen);
+		if (ref.data == NULL)
+			continue;
+		w = hash_search(waited, &ref, HASH_FIND, NULL);
+		pfree((char *) ref.data);
+		if (w == NULL)
+			continue;
+		/* what this read says: the slot may be another's by now */
+		appendBinaryStringInfo(&w->who, (char *) &h.owner_id, sizeof(uint64));
+		appendStringInfoChar(&w->who, h.mode == RLOCK_MODE_SHARED ? 's' : 'x');
+		w->count++;
+	}
+	hash_seq_init(&seq, waited);
+	while ((w = hash_seq_search(&seq)) != NULL)
+	{
+		if (w->count == 0)
+			continue;
+		rlock_args_add(b->args, w->key.data, w->key.len);
+		rlock_args_int(b->args, w->count);
+		for (i = 0; i < w->count; i++)
 		{
 			uint64		owner_id;
 			char		node[RLOCK_OWNER_MAXLEN];
-			const char *at = who.data + i * (sizeof(uint64) + 1);
+			const char *at = w->who.data + i * (sizeof(uint64) + 1);
 
 			memcpy(&owner_id, at, sizeof(uint64));
 			rlock_owner_name(node, owner_id);
@@ -333,6 +358,7 @@ wfg_add_holds(WfgBuild *b)
 		}
 		b->nholds++;
 	}
+	hash_destroy(waited);
 }
 
 /*
