@@ -12,13 +12,18 @@
 -- the message.  Returns how many subscribers the message reached, as
 -- the publish commands count them (those of this node).
 --
--- rlock_free(k, at) deletes the lock KEYS[1] and publishes "0" on its
--- channel (KEYS[k] where channels are keys), as Redisson's unlock does:
--- that wakes Redisson's waiters and rlock's alike.  It then tells the
--- rest of the family that may wait for the name (rlock_tell_family):
--- "1" on redisson_rwlock:{name}, where the waiters of a Redisson
--- read-write lock listen ("1" lets every one of them try: readers may
--- all enter), and "0" on the channel of the first owner queued for a
+-- rlock_free(k, at, rw) deletes the lock KEYS[1] and publishes "0" on
+-- its channel (KEYS[k] where channels are keys), as Redisson's unlock
+-- does: that wakes Redisson's waiters and rlock's alike.  It then tells
+-- the rest of the family that may wait for the name (rlock_tell_family):
+-- rw on redisson_rwlock:{name}, where the waiters of a Redisson
+-- read-write lock listen: "1" (rw nil) after an exclusive hold, as
+-- Redisson's write unlock (every thread waiting then tries: readers may
+-- all enter), "0" after the last shared one, as Redisson's read unlock
+-- (one thread of each client tries, and a thread that failed its try
+-- but is not yet asleep keeps that wake-up: "1" wakes only the threads
+-- asleep, and such a writer would sleep for the lease it saw); and "0"
+-- on the channel of the first owner queued for a
 -- Redisson fair lock of the name (redisson_lock_queue:{name}) whose
 -- deadline has not passed, as a fair unlock tells its queue's head once
 -- the owners gone are dropped (this one drops nothing, and looks at the
@@ -61,9 +66,9 @@ local function rlock_publish_to(at, channel, message)
 	end
 	return heard
 end
-local function rlock_tell_family(at)
+local function rlock_tell_family(at, rw)
 	local heard = rlock_publish_to(at,
-		rlock_derived('redisson_rwlock:', KEYS[1]), '1')
+		rlock_derived('redisson_rwlock:', KEYS[1]), rw or '1')
 	local heads = redis.pcall('lrange',
 		rlock_derived('redisson_lock_queue:', KEYS[1]), 0, 63)
 	if type(heads) ~= 'table' or #heads == 0 then
@@ -85,7 +90,7 @@ local function rlock_tell_family(at)
 	end
 	return heard
 end
-local function rlock_free(k, at)
+local function rlock_free(k, at, rw)
 	redis.call('del', KEYS[1])
-	return rlock_publish(k, at, '0') + rlock_tell_family(at)
+	return rlock_publish(k, at, '0') + rlock_tell_family(at, rw)
 end

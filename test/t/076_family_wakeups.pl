@@ -12,7 +12,8 @@
 # - rlock's release, and rlock_force_release, publish "1" on the
 #   read-write channel and "0" on the channel of the first owner queued
 #   for a fair lock of the name whose deadline has not passed, braces or
-#   not;
+#   not; the release of the last shared hold publishes "0" there, as
+#   Redisson's read unlock;
 # - rlock_force_release removes a read-write lock.
 use strict;
 use warnings;
@@ -218,6 +219,24 @@ for my $key ('fam', 'fam{x}')
 	is_deeply(\%got, { $rwchan => ['1'], $head => ['0'] },
 		"$key: a release publishes \"1\" on $rwchan and \"0\" to the fair queue's head only");
 	is($redis->cmd('LLEN', $queue), 2, "$key: the queue is left as it was");
+
+	# the last shared hold's release: "0", as Redisson's read unlock, which
+	# a writer that failed its try but is not yet asleep keeps ("1" would
+	# wake only those asleep); rlock's own channel "0" as ever
+	my $own = derived('redisson_lock__channel', $key);
+	$sub->send_cmd('SUBSCRIBE', $own);
+	$sub->read_reply(5);
+	sql("BEGIN; SELECT rlock_try_shared('$key'); SELECT rlock_try_shared('$key'); COMMIT");
+	my %shared;
+	while (my $m = $sub->next_message(5))
+	{
+		push @{ $shared{ $m->[0] } }, $m->[1];
+		last if keys %shared == 3;
+	}
+	is_deeply(\%shared, { $rwchan => ['0'], $own => ['0'], $head => ['0'] },
+		"$key: the last shared release publishes \"0\" on $rwchan, the lock's channel and to the fair queue's head");
+	$sub->send_cmd('UNSUBSCRIBE', $own);
+	$sub->read_reply(5);
 
 	# rlock_force_release of a read-write lock
 	$redis->cmd('HSET', $key, 'mode', 'read', 'java-uuid:5', '2');

@@ -13,7 +13,8 @@
 -- Returns nil when the owner has no shared hold; 0 when the lock stays
 -- held (by the owner's remaining holds, their lease reset, or by others);
 -- when the lock was freed, 1 plus the number of subscribers its messages
--- reached, as release.lua.
+-- reached, as release.lua.  The message on redisson_rwlock:{name} is then
+-- "0", as Redisson's read unlock publishes (see ../publish.lua).
 --
 -- Whether others still hold it is Redisson's read release rule, so that
 -- the outcome does not depend on who releases last: a writer of the same
@@ -62,4 +63,4 @@ if longest > 0 then
 	redis.call('pexpire', name, longest)
 	return 0
 end
-return 1 + rlock_free(2, 4)
+return 1 + rlock_free(2, 4, '0')
