@@ -1,6 +1,6 @@
 --
 -- Shared holds (Redisson's read lock) beside exclusive ones, in one
--- session: counts per mode, no upgrade, keeping a shared hold after the
+-- session: counts per mode, upgrades, keeping a shared hold after the
 -- exclusive one, releases naming their mode, the views.  Between
 -- sessions: the isolation spec shared_matrix.
 --
@@ -29,20 +29,38 @@ SELECT rlock_session_lock_shared('sh:b');
 SELECT rlock_session_release_shared('sh:b'), rlock_session_release_shared('sh:b');
 SELECT rlock_held_shared('sh:b'), rlock_is_locked('sh:b');
 
--- no upgrade: a session holding a key shared only cannot take it
--- exclusively (it would wait for itself), in any form
+-- an upgrade: a session that is the only holder of a key it holds shared
+-- takes it exclusively as well, in any form; the lock is then what a
+-- session holding it exclusively and then shared holds (mode write, two
+-- owner fields), and the commit gives both back.  With other holders an
+-- upgrade does not wait (40P01, isolation spec shared_matrix)
 BEGIN;
 SELECT rlock_try_shared('sh:u');
-SELECT rlock_try('sh:u');
-\echo :LAST_ERROR_SQLSTATE
-ROLLBACK;
+SELECT rlock_try('sh:u', '1 s');
+SELECT rlock_held('sh:u'), rlock_held_shared('sh:u');
+SELECT mode, count FROM rlock_locks WHERE key = 'sh:u' ORDER BY mode;
+SELECT holder, owners FROM rlock_holder('sh:u');
+COMMIT;
+SELECT rlock_is_locked('sh:u');
 SELECT rlock_session_try_shared('sh:u');
 SELECT rlock_session_lock('sh:u');
-\echo :LAST_ERROR_SQLSTATE
-SELECT rlock_session_try_token('sh:u');
-\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_session_try_token('sh:u') > 0;
 SELECT rlock_held('sh:u'), rlock_held_shared('sh:u');
+-- the exclusive holds go, the shared one stays: a read lock again
+SELECT rlock_session_release('sh:u'), rlock_session_release('sh:u');
+SELECT rlock_held('sh:u'), rlock_held_shared('sh:u');
+SELECT holder, owners FROM rlock_holder('sh:u');
 SELECT rlock_session_release_shared('sh:u'), rlock_is_locked('sh:u');
+-- a savepoint rolled back takes the upgrade back, not the shared hold
+BEGIN;
+SELECT rlock_try_shared('sh:u');
+SAVEPOINT s;
+SELECT rlock_try('sh:u');
+ROLLBACK TO SAVEPOINT s;
+SELECT rlock_held('sh:u'), rlock_held_shared('sh:u');
+SELECT holder, owners FROM rlock_holder('sh:u');
+COMMIT;
+SELECT rlock_is_locked('sh:u');
 
 -- exclusive first, then shared: both held (Redisson's writer may take
 -- the read lock), and the shared hold stays after the exclusive one goes
@@ -53,9 +71,9 @@ SELECT owners FROM rlock_holder('sh:d');
 SELECT rlock_session_release('sh:d');
 SELECT rlock_held('sh:d'), rlock_held_shared('sh:d'), rlock_is_locked('sh:d');
 SELECT owners, count FROM rlock_holder('sh:d');
--- now shared only: exclusive is an upgrade
+-- now shared only: exclusive is an upgrade, this session the only holder
 SELECT rlock_session_try('sh:d');
-\echo :LAST_ERROR_SQLSTATE
+SELECT rlock_session_release('sh:d');
 SELECT rlock_session_release_shared('sh:d'), rlock_is_locked('sh:d');
 
 -- releases name their mode

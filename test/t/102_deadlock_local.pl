@@ -11,6 +11,8 @@
 # - an rlock and a row (the holder of the rlock waits for the row);
 # - an rlock and an advisory lock;
 # - shared holds waited for in exclusive mode (two keys, crossed);
+# - an upgrade: two sessions hold a lock shared, each asks for it
+#   exclusively;
 # - three sessions: a row and two rlocks;
 # - a fair lock and a row; session-scoped waits (the victim keeps its
 #   session locks, as PostgreSQL keeps session advisory locks);
@@ -158,6 +160,31 @@ one_victim('shared and exclusive', undef,
 	[ $b, "BEGIN; SELECT rlock_try_shared('dl:s2');" ],
 	[ $a, "SELECT rlock_try('dl:s2', '60 s');", 1 ],
 	[ $b, "SELECT rlock_try('dl:s1', '60 s');", 1 ]);
+
+#---- an upgrade: two sessions share a lock, each asks for it exclusively ----
+
+# an upgrade never waits: the first to ask while the other holds the lock
+# too gives way at once (40P01), its transaction aborted; the other, now
+# the only holder, upgrades and commits
+{
+	$a->query_safe("BEGIN; SELECT rlock_try_shared('dl:u')");
+	$b->query_safe("BEGIN; SELECT rlock_try_shared('dl:u')");
+	$a->query("SELECT rlock_try('dl:u', '60 s')");
+	my $err = $a->{stderr};
+	$a->{stderr} = '';
+	like($err, qr/ERROR:  40P01: lock "dl:u" is held in shared mode by this session and by others/,
+		'upgrade: the first to ask gets 40P01');
+	$a->query('ROLLBACK');
+	$a->{stderr} = '';
+	is($b->query_safe("SELECT rlock_try('dl:u', '60 s')"), 't',
+		'upgrade: the other, alone now, takes the lock exclusively');
+	is($node->safe_psql('postgres', "SELECT rlock_try_shared('dl:u')"), 'f',
+		'upgrade: and excludes readers');
+	$b->query_safe('COMMIT');
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM rlock_locks WHERE key = 'dl:u'"),
+		0, 'upgrade: nothing left held');
+}
 
 #---- three sessions: a row and two rlocks ----
 

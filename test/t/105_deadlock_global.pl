@@ -10,6 +10,10 @@
 #   closed by a row wait);
 # - four sessions, two on each instance, a row and an rlock each side:
 #   one rlock waiter is the victim;
+# - an advisory lock on one instance closing a cycle through the other;
+# - shared holds waited for in exclusive mode; two readers on two
+#   instances upgrading (no wait: the first to ask gets 40P01 at once);
+#   fair locks crossed;
 # - a Redisson client holding what one waits for: no victim, the wait runs
 #   out by its own bound;
 # - rlock.deadlock_detection = local: no victim across instances.
@@ -131,6 +135,88 @@ for my $s (grep { $_ != $v->[0] } ($a, $b, $c))
 	}
 	$d->quit;
 }
+
+#---- an advisory lock on one instance closes a cycle through the other ----
+
+# c (one) holds advisory lock 42 and waits for g:9, held by b (two); b
+# waits for g:10, held by a (one); a waits for advisory lock 42
+$c->query_safe("BEGIN; SELECT pg_advisory_xact_lock(42)");
+$a->query_safe("BEGIN; SELECT rlock_try('g:10')");
+$b->query_safe("BEGIN; SELECT rlock_try('g:9')");
+RlockTest::send_query($c, "SELECT rlock_try('g:9', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n1, 'g:9');
+RlockTest::send_query($b, "SELECT rlock_try('g:10', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n2, 'g:10');
+$t0 = time;
+RlockTest::send_query($a, "SELECT pg_advisory_xact_lock(42); COMMIT;");
+($v, $took) = victims($t0, $a, $b, $c);
+is(scalar @$v, 1, 'an advisory lock closes the cycle: one session fails with 40P01');
+note(sprintf('found after %.2f s', $took // -1));
+cmp_ok($took // 99, '<', 10 * 0.3, 'within ten deadlock_timeouts');
+isnt($v->[0], $a, 'the victim waits for an rlock, not for the advisory lock');
+($out, $err) = RlockTest::collect($v->[0]);
+like($err, qr/Process $pa of instance "one" waits for ExclusiveLock on advisory lock \[\d+,0,42,1\]; blocked by process $pc of instance "one"\./,
+	'the detail has the advisory lock wait');
+for my $s (grep { $_ != $v->[0] } ($a, $b, $c))
+{
+	($out, $err) = RlockTest::collect($s);
+	unlike($err, qr/ERROR/, 'the others go on and commit');
+}
+
+#---- shared holds waited for in exclusive mode, across instances ----
+
+$a->query_safe("BEGIN; SELECT rlock_try_shared('g:11')");
+$b->query_safe("BEGIN; SELECT rlock_try_shared('g:12')");
+RlockTest::send_query($a, "SELECT rlock_try('g:12', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n1, 'g:12');
+$t0 = time;
+RlockTest::send_query($b, "SELECT rlock_try('g:11', '60 s'); COMMIT;");
+($v, $took) = victims($t0, $a, $b);
+is(scalar @$v, 1, 'shared and exclusive across instances: one session fails with 40P01');
+note(sprintf('found after %.2f s', $took // -1));
+cmp_ok($took // 99, '<', 10 * 0.3, 'within ten deadlock_timeouts');
+($out, $err) = RlockTest::collect($v->[0]);
+like($err, qr/waits for ExclusiveLock on rlock "g:1[12]"; blocked by process \d+ of instance "(one|two)"\./,
+	'the detail names the exclusive waits');
+$other = $v->[0] == $a ? $b : $a;
+($out, $err) = RlockTest::collect($other);
+unlike($err, qr/ERROR/, 'the other session gets its lock and commits');
+
+#---- an upgrade across instances ----
+
+# two readers on two instances both upgrade: the first to ask gives way
+# at once, the other, alone then, gets the lock exclusively
+$a->query_safe("BEGIN; SELECT rlock_try_shared('g:13')");
+$b->query_safe("BEGIN; SELECT rlock_try_shared('g:13')");
+$a->query("SELECT rlock_try('g:13', '60 s')");
+like($a->{stderr}, qr/ERROR:  40P01: lock "g:13" is held in shared mode by this session and by others/,
+	'upgrade across instances: the first to ask gets 40P01');
+$a->{stderr} = '';
+$a->query('ROLLBACK');
+$a->{stderr} = '';
+is($b->query_safe("SELECT rlock_try('g:13', '60 s')"), 't',
+	'upgrade across instances: the other takes it exclusively');
+is($n1->safe_psql('postgres', "SELECT rlock_try_shared('g:13')"), 'f',
+	'and the first instance sees it exclusive');
+$b->query_safe('COMMIT');
+
+#---- fair locks crossed between the instances ----
+
+$a->query_safe("BEGIN; SELECT rlock_try_fair('g:14')");
+$b->query_safe("BEGIN; SELECT rlock_try_fair('g:15')");
+RlockTest::send_query($a, "SELECT rlock_try_fair('g:15', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n1, 'g:15');
+$t0 = time;
+RlockTest::send_query($b, "SELECT rlock_try_fair('g:14', '60 s'); COMMIT;");
+($v, $took) = victims($t0, $a, $b);
+is(scalar @$v, 1, 'fair locks across instances: one session fails with 40P01');
+note(sprintf('found after %.2f s', $took // -1));
+($out, $err) = RlockTest::collect($v->[0]);
+like($err, qr/waits for ExclusiveLock on fair rlock "g:1[45]"; blocked by process \d+ of instance "(one|two)"\./,
+	'the detail names the fair waits');
+$other = $v->[0] == $a ? $b : $a;
+($out, $err) = RlockTest::collect($other);
+unlike($err, qr/ERROR/, 'the other session gets its lock and commits');
 
 #---- a Redisson client in the way ----
 

@@ -33,6 +33,14 @@
 -- waits for ours, where its script would otherwise join any hash without
 -- that field.  Redisson's RLock scripts never read it.
 --
+-- An owner whose session holds the lock shared (its reader field, the
+-- owner's number plus one: acquire_shared.lua) and nobody else does
+-- takes it exclusively as well, an upgrade: the hash becomes what a
+-- session holding it exclusively and then shared holds ("mode" =
+-- "write", both fields), and its lease is not shortened.  With any other
+-- holder it is busy, as for anyone (the backend then refuses the upgrade
+-- rather than wait: calls.c).
+--
 -- The token is counted first: Redis does not undo a script's writes when
 -- a later command fails, and a counter that cannot be incremented must
 -- not leave a lock behind.  After that first write nothing can fail (the
@@ -55,19 +63,29 @@ if not held and not free then
 		end
 	end
 end
+local upgrade = false
+if not held and not free and blocker == 1 and
+	redis.call('hlen', KEYS[1]) == 2 then
+	local base, n = string.match(ARGV[2], '^(.*:)(%d+)$')
+	upgrade = n ~= nil and redis.call('hget', KEYS[1], 'mode') == 'read' and
+		redis.call('hexists', KEYS[1],
+			base .. string.format('%d', tonumber(n) + 1)) == 1
+end
 if free and not reentry and ARGV[4] ~= '' then
 	local yielded = redis.pcall('pttl', ARGV[4])
 	if type(yielded) == 'number' and yielded > 0 and yielded <= 100 then
 		return {0, yielded, 0}
 	end
 end
-if held or free then
+if held or free or upgrade then
 	local token = 0
 	if #KEYS > 1 then
 		token = redis.call('incr', KEYS[2])
 	end
 	redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'write')
-	redis.call('pexpire', KEYS[1], ARGV[1])
+	if not upgrade or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+		redis.call('pexpire', KEYS[1], ARGV[1])
+	end
 	-- our own write untracked the key: a read tracks it again, so that
 	-- any later change is announced (client-side tracking), and the mark
 	-- tells the worker where in the announcements that read was; a

@@ -374,7 +374,11 @@ multi_take(FunctionCallInfo fcinfo, bool session, bool bounded)
 		lease_ms = rlock_arg_lease_ms(fcinfo, 1);
 	}
 	for (i = 0; i < n; i++)
-		rlock_call_check(RLOCK_KIND_PLAIN, members[i].mode, &members[i].key);
+	{
+		if (rlock_call_check(RLOCK_KIND_PLAIN, members[i].mode,
+							 &members[i].key))
+			rlock_call_refuse_upgrade(&members[i].key, true);
+	}
 
 	PG_TRY();
 	{
