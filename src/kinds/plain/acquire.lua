@@ -37,7 +37,9 @@
 -- owner's number plus one: acquire_shared.lua) and nobody else does
 -- takes it exclusively as well, an upgrade: the hash becomes what a
 -- session holding it exclusively and then shared holds ("mode" =
--- "write", both fields), and its lease is not shortened.  With any other
+-- "write", both fields), and its lease is not shortened, nor by a
+-- re-entry while the shared hold lasts (the reader's lease is the
+-- hash's, and it may be the longer).  With any other
 -- holder it is busy, as for anyone (the backend then refuses the upgrade
 -- rather than wait: calls.c).
 --
@@ -83,7 +85,8 @@ if held or free or upgrade then
 		token = redis.call('incr', KEYS[2])
 	end
 	redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'write')
-	if not upgrade or redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+	if not (upgrade or (held and redis.call('hlen', KEYS[1]) > 2)) or
+		redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
 		redis.call('pexpire', KEYS[1], ARGV[1])
 	end
 	-- our own write untracked the key: a read tracks it again, so that

@@ -17,24 +17,35 @@
 --
 -- An owner whose session holds the lock shared as well (its reader field,
 -- acquire_shared.lua) leaves it to that: the lock becomes a read lock,
--- whose readers may now enter, and "1" is published on both channels, as
--- for a write unlock; 0 is returned, as the lock stays held.  Redisson's
--- write unlock publishes nothing then, and its readers would wait for
--- their lease.
+-- whose readers may now enter, with the lease its readers have left
+-- (../readers.lua), not what the exclusive hold had made it, and "1" is
+-- published on both channels, as for a write unlock; 0 is returned, as
+-- the lock stays held.  Redisson's write unlock publishes nothing then,
+-- and its readers would wait for their lease.  When no reader has time
+-- left the lock is freed.  While the reader is there, holds that remain
+-- lengthen the lease and never shorten it, as acquire.lua does.
 --@include ../publish.lua
+--@include ../readers.lua
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
 	return nil
 end
 if tonumber(ARGV[2]) > 0 then
 	redis.call('hset', KEYS[1], ARGV[1], ARGV[2])
-	redis.call('pexpire', KEYS[1], ARGV[3])
+	if redis.call('hlen', KEYS[1]) <= 2 or
+		redis.call('pttl', KEYS[1]) < tonumber(ARGV[3]) then
+		redis.call('pexpire', KEYS[1], ARGV[3])
+	end
 	return 0
 end
 if redis.call('hlen', KEYS[1]) > 2 then
 	redis.call('hdel', KEYS[1], ARGV[1])
-	redis.call('hset', KEYS[1], 'mode', 'read')
-	rlock_publish(2, 4, '1')
-	rlock_publish_to(4, rlock_derived('redisson_rwlock:', KEYS[1]), '1')
-	return 0
+	local left = rlock_readers_left(KEYS[1])
+	if left > 0 then
+		redis.call('hset', KEYS[1], 'mode', 'read')
+		redis.call('pexpire', KEYS[1], left)
+		rlock_publish(2, 4, '1')
+		rlock_publish_to(4, rlock_derived('redisson_rwlock:', KEYS[1]), '1')
+		return 0
+	end
 end
 return 1 + rlock_free(2, 4)

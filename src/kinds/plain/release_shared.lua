@@ -20,10 +20,10 @@
 -- the outcome does not depend on who releases last: a writer of the same
 -- session ("mode" = "write") holds it; a reader holds it while one of
 -- its timeout keys 1..count has time left (the longest becomes the
--- hash's lease), and a reader whose keys are all gone counts as gone.  A
--- count above 1024 is looked through up to there (Redisson makes one key
--- per hold: no reader of its holds that many at once).
+-- hash's lease: ../readers.lua), and a reader whose keys are all gone
+-- counts as gone.
 --@include ../publish.lua
+--@include ../readers.lua
 local name = KEYS[1]
 local base = name
 if not string.find(name, '{', 1, true) then
@@ -46,19 +46,7 @@ redis.call('del', timeout)
 if redis.call('hget', name, 'mode') == 'write' then
 	return 0
 end
-local longest = 0
-for _, field in ipairs(redis.call('hkeys', name)) do
-	if field ~= 'mode' then
-		local n = tonumber(redis.call('hget', name, field)) or 0
-		for i = 1, math.min(n, 1024) do
-			local left = redis.call('pttl', base .. ':' .. field ..
-				':rwlock_timeout:' .. i)
-			if left > longest then
-				longest = left
-			end
-		end
-	end
-end
+local longest = rlock_readers_left(name)
 if longest > 0 then
 	redis.call('pexpire', name, longest)
 	return 0
