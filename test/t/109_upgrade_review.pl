@@ -167,6 +167,19 @@ sub err_of
 	is($a->query_safe("SELECT rlock_session_release_shared('$k')"), 't', 'released');
 	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
 
+	# the same, the exclusive hold under the watchdog: its renewals do not
+	# cut the shared hold's lease either
+	$k = 'up:lease4';
+	$a->query_safe("SELECT rlock_session_try_shared('$k', '0 s', '60 s')");
+	$a->query_safe("BEGIN; SELECT rlock_try('$k')");
+	my $renewals = sql('SELECT renewals FROM rlock_stats()');
+	ok(RlockTest::wait_until(
+			sub { sql('SELECT renewals FROM rlock_stats()') >= $renewals + 2 }, 10),
+		'the watchdog renews the exclusive hold');
+	cmp_ok($redis->cmd('PTTL', $k), '>', 50000, 'without cutting the shared hold\'s 60 s');
+	$a->query_safe('COMMIT');
+	cmp_ok($redis->cmd('PTTL', $k), '>', 50000, 'which the read lock keeps');
+	is($a->query_safe("SELECT rlock_session_release_shared('$k')"), 't', 'released');
 }
 
 #---- fencing token ----
