@@ -13,7 +13,8 @@
 # - local waiters, exclusive and shared, are woken at the commit, not at
 #   the lease's end; rlock_blocking_pids names the upgrader once and never
 #   a session itself; a cycle through an upgraded lock and a row has one
-#   victim;
+#   victim; waiters of both instances for an upgrader (detection global)
+#   make no victim, and get the lock in turn;
 # - a Java writer waiting for an upgrader gets the lock at its commit;
 #   after the exclusive hold alone is given back, Java readers join; at
 #   the last shared release ("0" on redisson_rwlock:{name}) a Java writer
@@ -33,7 +34,8 @@ plan skip_all => 'the Redisson cases run in the plain round'
   if RlockTest::TLS::everywhere();
 
 my $redis = RlockTest::Redis->start;
-my @conf = ("deadlock_timeout = '500ms'", "rlock.watchdog_timeout = '3s'");
+my @conf = ("deadlock_timeout = '500ms'", "rlock.watchdog_timeout = '3s'",
+	'rlock.deadlock_detection = global');
 my $node = RlockTest::node('up1', $redis, conf => [@conf]);
 my $node2 = RlockTest::node('up2', $redis, conf => [@conf]);
 $node->safe_psql('postgres', q{
@@ -295,6 +297,43 @@ sub err_of
 	like($out{victim} // '', qr/40P01: deadlock detected/, 'deadlock detected');
 	unlike($out{other} // '', qr/ERROR/, 'the other commits');
 	is(held($k), '', 'nothing left held');
+}
+
+#---- across instances: waits for an upgrader are no cycle ----
+
+{
+	my $k = 'up:gl';
+	$a->query_safe("SELECT rlock_session_try_shared('$k', '0 s', '60 s')");
+	$a->query_safe("BEGIN; SELECT rlock_try('$k')");
+	RlockTest::send_query($d, "BEGIN; SELECT rlock_try('$k', '20 s');");
+	ok(RlockTest::wait_until(
+			sub { $node2->safe_psql('postgres', "SELECT count(*) FROM rlock_locks WHERE key = '$k' AND state = 'waiting'") == 1 }, 10),
+		'a writer of the other instance waits');
+	RlockTest::send_query($c, "BEGIN; SELECT rlock_try_shared('$k', '20 s');");
+	ok(RlockTest::wait_until(sub { waiting($k) == 1 }, 10), 'a local reader waits');
+	is(sql("SELECT rlock_blocking_pids($c->{rlock_pid})"), "{$a->{rlock_pid}}",
+		'blocked by the upgrader');
+	# four deadlock_timeouts: a victim would have been chosen by then
+	my $victim = RlockTest::wait_until(
+		sub {
+			$_->{run}->pump_nb for ($c, $d);
+			return ($c->{stderr} . $d->{stderr}) =~ /40P01/;
+		},
+		2);
+	ok(!$victim, 'no victim');
+	my $t0 = time;
+	$a->query_safe('COMMIT');
+	my ($oc, $ec) = RlockTest::collect($c);
+	is($oc, 't', 'the exclusive hold given back, the reader joins') or diag($ec);
+	cmp_ok(time - $t0, '<', 2.5, 'at once');
+	$a->query_safe("SELECT rlock_session_release_shared('$k')");
+	$t0 = time;
+	$c->query_safe('COMMIT');
+	my ($od, $ed) = RlockTest::collect($d);
+	is($od, 't', 'the last reader gone, the writer of the other instance gets it') or diag($ed);
+	cmp_ok(time - $t0, '<', 2.5, 'at once');
+	$d->query_safe('COMMIT');
+	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
 }
 
 #---- Redisson ----
