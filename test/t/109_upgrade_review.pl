@@ -299,6 +299,39 @@ sub err_of
 	is(held($k), '', 'nothing left held');
 }
 
+#---- an upgrade beside a reader that is merely slow ----
+
+# PostgreSQL's advisory locks wait here (pg_advisory_xact_lock_shared,
+# then pg_advisory_xact_lock beside another session's shared hold) and
+# get the lock when the other reader commits; only two upgraders make a
+# deadlock.  rlock refuses every upgrade beside another holder with
+# 40P01 at once: a victim where there is no cycle, which issue 29 rules
+# out.  Making upgrades wait needs the last-but-one reader's release to
+# wake the upgrader (release_shared.lua publishes nothing while the lock
+# stays held) and the wait-for graph to leave the upgrader's own shared
+# hold out of its blockers: not done here.
+TODO:
+{
+	local $TODO = 'an upgrade never waits: 40P01 without a cycle';
+	my $k = 'up:slow';
+	$a->query_safe("BEGIN; SELECT rlock_try_shared('$k')");
+	$c->query_safe("BEGIN; SELECT rlock_try_shared('$k')");
+	RlockTest::send_query($a, "SELECT rlock_try('$k', '10 s');");
+	RlockTest::wait_until(
+		sub {
+			$a->{run}->pump_nb;
+			return $a->{stderr} =~ /40P01/ || RlockTest::count_waiting($node, $a->{rlock_pid});
+		},
+		10);
+	$c->query_safe('COMMIT');
+	my ($o, $e) = RlockTest::collect($a);
+	is($o, 't', 'the upgrade waits for the other reader\'s commit and gets the lock');
+	unlike($e, qr/40P01/, 'no 40P01 without a cycle');
+	$a->query('ROLLBACK');
+	$a->{stderr} = '';
+}
+is($redis->cmd('EXISTS', 'up:slow'), 0, 'after the slow reader: nothing left');
+
 #---- across instances: waits for an upgrader are no cycle ----
 
 {
