@@ -16,7 +16,9 @@
 #   timeout keys and the queue move with the slot (one hash tag), the
 #   waiters are woken on the new primary long before the 60 s leases end,
 #   in queue order; session holds of each kind keep being renewed on the
-#   new primary.
+#   new primary;
+# - in both, after the change, an upgrade given back by a savepoint
+#   leaves the read lock its reader's lease.
 use strict;
 use warnings;
 
@@ -144,6 +146,18 @@ sub round
 	is($out, 't', "$what: and gets the lock once both readers commit");
 	is($r->cmd('HGET', $rk, 'mode'), 'write', "$what: a write lock now");
 	$w->query_safe('COMMIT');
+
+	# an upgrade given back by a savepoint: the read lock left has the
+	# reader's 2 s lease, not the exclusive hold's (release.lua reads the
+	# reader's timeout key beside the lock)
+	$w->query_safe("BEGIN; SELECT rlock_try_shared('$rk', '0', '2 s')");
+	$w->query_safe("SAVEPOINT u; SELECT rlock_try('$rk')");
+	is($r->cmd('HGET', $rk, 'mode'), 'write', "$what: a reader upgrades");
+	$w->query_safe('ROLLBACK TO SAVEPOINT u');
+	cmp_ok($r->cmd('PTTL', $rk), '<=', 2000,
+		"$what: given back, the read lock keeps the reader's lease");
+	$w->query_safe('COMMIT');
+	is($r->cmd('EXISTS', $rk), 0, "$what: and ends at the commit");
 
 	$t1 = time;
 	$f->query_safe('COMMIT');
