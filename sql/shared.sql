@@ -33,7 +33,7 @@ SELECT rlock_held_shared('sh:b'), rlock_is_locked('sh:b');
 -- takes it exclusively as well, in any form; the lock is then what a
 -- session holding it exclusively and then shared holds (mode write, two
 -- owner fields), and the commit gives both back.  With other holders an
--- upgrade does not wait (40P01, isolation spec shared_matrix)
+-- upgrade waits for them (isolation spec shared_matrix)
 BEGIN;
 SELECT rlock_try_shared('sh:u');
 SELECT rlock_try('sh:u', '1 s');

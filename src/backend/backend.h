@@ -106,7 +106,7 @@ extern void rlock_deadlock_told(const char *detail);
 extern const char *rlock_last_detail(void);
 /* calls.c: the bodies of the kinds' functions that take and give back */
 extern bool rlock_call_check(RlockKind kind, int mode, const RlockKey *key);
-extern void rlock_call_refuse_upgrade(const RlockKey *key, bool in_set);
+extern void rlock_call_refuse_upgrade(const RlockKey *key);
 extern bool rlock_call_take(FunctionCallInfo fcinfo, RlockKind kind,
 							int mode, bool session, bool bounded,
 							bool want_token, int64 *token);

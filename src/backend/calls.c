@@ -15,11 +15,11 @@
  * the hash fields of one owner, and a fair hold would be the same field
  * as an exclusive one.  So a key held in one is refused in another
  * (55000).  A key held shared only may be asked exclusively: an upgrade,
- * granted when the session is the lock's only holder and refused at once
- * with 40P01 when others hold it too.  An upgrade never waits: two
- * sessions that share a lock and both upgrade would wait for each other,
- * and the first of them to ask gives way at once, as a deadlock's victim
- * would after deadlock_timeout (Redisson has no upgrade at all).
+ * granted when the session is the lock's only holder, else waited for
+ * like any exclusive lock, as pg_advisory_xact_lock waits after
+ * pg_advisory_xact_lock_shared.  Two sessions that share a lock and both
+ * upgrade wait for each other: the deadlock search ends that (Redisson
+ * has no upgrade at all).  A set does not upgrade its members.
  *
  * Copyright (c) 2026, rlock developers
  *
@@ -48,7 +48,8 @@ calls_held_in(RlockKind kind, const RlockKey *key)
 /*
  * May this session take "key" in "kind" and "mode" with what it holds?
  * Raises if not.  True when the call would be an upgrade: "key" asked
- * exclusively by a session that holds it shared only.
+ * exclusively by a session that holds it shared only (holds.c tells the
+ * worker so).
  */
 bool
 rlock_call_check(RlockKind kind, int mode, const RlockKey *key)
@@ -73,25 +74,18 @@ rlock_call_check(RlockKind kind, int mode, const RlockKey *key)
 }
 
 /*
- * An upgrade of "key" that others' holds keep from being granted, or
- * that cannot be made ("in_set": a set's members are not upgraded).
+ * A set's member this session holds shared only: sets take their members
+ * exclusively without upgrading.
  */
 void
-rlock_call_refuse_upgrade(const RlockKey *key, bool in_set)
+rlock_call_refuse_upgrade(const RlockKey *key)
 {
-	if (in_set)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-				 errmsg("lock \"%s\" is held in shared mode by this session",
-						key->sql),
-				 errdetail("A set does not upgrade its members' shared holds."),
-				 errhint("Take the key alone with rlock_try, or release the shared hold first.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-			 errmsg("lock \"%s\" is held in shared mode by this session and by others",
+			 errmsg("lock \"%s\" is held in shared mode by this session",
 					key->sql),
-			 errdetail("An upgrade to an exclusive lock does not wait: it is granted when this session is the lock's only holder."),
-			 errhint("Retry the transaction, or take the lock exclusively before taking it shared.")));
+			 errdetail("A set does not upgrade its members' shared holds."),
+			 errhint("Take the key alone with rlock_try, or release the shared hold first.")));
 }
 
 /*
@@ -106,16 +100,15 @@ rlock_call_take(FunctionCallInfo fcinfo, RlockKind kind, int mode,
 {
 	RlockKey	key;
 	TimestampTz wait_until;
-	int64		wait_us = 0;
 	int64		lease_ms;
 	RlockStatus status;
-	bool		upgrade;
 
 	rlock_arg_key(fcinfo, 0, &key);
 	if (bounded)
 	{
-		wait_us = rlock_arg_interval_us(fcinfo, 1, "wait", false, true);
-		wait_until = rlock_arg_deadline(wait_us);
+		wait_until = rlock_arg_deadline(rlock_arg_interval_us(fcinfo, 1,
+															  "wait", false,
+															  true));
 		lease_ms = rlock_arg_lease_ms(fcinfo, 2);
 	}
 	else
@@ -124,16 +117,9 @@ rlock_call_take(FunctionCallInfo fcinfo, RlockKind kind, int mode,
 		lease_ms = rlock_arg_lease_ms(fcinfo, 1);
 	}
 
-	/*
-	 * An upgrade is one try: busy, it says so if the caller would not have
-	 * waited, and is refused if it would have
-	 */
-	upgrade = rlock_call_check(kind, mode, &key);
+	(void) rlock_call_check(kind, mode, &key);
 	status = rlock_acquire(kind, mode, key.redis, key.len, session, 1,
-						   upgrade ? rlock_arg_deadline(0) : wait_until,
-						   lease_ms, !bounded && !upgrade, want_token, token);
-	if (upgrade && status == RLOCK_STATUS_BUSY && (!bounded || wait_us > 0))
-		rlock_call_refuse_upgrade(&key, false);
+						   wait_until, lease_ms, !bounded, want_token, token);
 	rlock_report_status(status, key.sql, strlen(key.sql));
 	return status == RLOCK_STATUS_OK;
 }

@@ -636,6 +636,17 @@ rlock_hold_request(RlockOp op, LocalHold *lh, bool session, int32 amount,
 	req.args.lease_ms = lease_ms;
 	req.args.amount = amount;
 	req.args.want_token = want_token;
+	if (op == RLOCK_OP_ACQUIRE && lh != NULL &&
+		lh->tag.mode == RLOCK_MODE_EXCLUSIVE &&
+		lh->session_count + lh->xact_count == 0)
+	{
+		LocalHold  *shared = rlock_local_find(lh->tag.kind, RLOCK_MODE_SHARED,
+											  lh->tag.key.data,
+											  lh->tag.key.len);
+
+		req.args.upgrade = (shared != NULL &&
+							shared->session_count + shared->xact_count > 0);
+	}
 	req.use_lock_timeout = use_lock_timeout;
 	return rlock_request(&req, value);
 }

@@ -153,6 +153,9 @@ typedef struct RlockRequestArgs
 	bool		deadlock_global;	/* ACQUIRE: the worker looks for
 									 * deadlocks across instances through
 									 * its wait (rlock.deadlock_detection) */
+	bool		upgrade;		/* ACQUIRE: exclusive, by a session that
+								 * holds the key shared only: it joins no
+								 * line of waiters (worker/send.c) */
 	bool		checked;		/* ACQUIRE: the commit checks the hold
 								 * (transaction-scoped, a check before
 								 * commit that is not off) */

@@ -266,6 +266,13 @@ worker_join_line(WorkerReq *req)
 	if (rlock_kinds[h->kind]->waiter_channel != NULL ||
 		rlock_kinds[h->kind]->hand_off(0) == 0)
 		return false;
+
+	/*
+	 * Nor does an upgrade: the line may wait for its own shared hold, and
+	 * it alone may be let in while that hold is the last
+	 */
+	if (req->args.upgrade)
+		return false;
 	busy_until = rlock_waiters_line(h->kind, h->key, h->keylen, &blocker);
 	now = GetCurrentTimestamp();
 	if (busy_until <= now)

@@ -163,28 +163,16 @@ one_victim('shared and exclusive', undef,
 
 #---- an upgrade: two sessions share a lock, each asks for it exclusively ----
 
-# an upgrade never waits: the first to ask while the other holds the lock
-# too gives way at once (40P01), its transaction aborted; the other, now
-# the only holder, upgrades and commits
-{
-	$a->query_safe("BEGIN; SELECT rlock_try_shared('dl:u')");
-	$b->query_safe("BEGIN; SELECT rlock_try_shared('dl:u')");
-	$a->query("SELECT rlock_try('dl:u', '60 s')");
-	my $err = $a->{stderr};
-	$a->{stderr} = '';
-	like($err, qr/ERROR:  40P01: lock "dl:u" is held in shared mode by this session and by others/,
-		'upgrade: the first to ask gets 40P01');
-	$a->query('ROLLBACK');
-	$a->{stderr} = '';
-	is($b->query_safe("SELECT rlock_try('dl:u', '60 s')"), 't',
-		'upgrade: the other, alone now, takes the lock exclusively');
-	is($node->safe_psql('postgres', "SELECT rlock_try_shared('dl:u')"), 'f',
-		'upgrade: and excludes readers');
-	$b->query_safe('COMMIT');
-	is($node->safe_psql('postgres',
-			"SELECT count(*) FROM rlock_locks WHERE key = 'dl:u'"),
-		0, 'upgrade: nothing left held');
-}
+# each upgrade waits for the other's shared hold: one victim, and the
+# survivor, the lock's only holder once the victim's shared hold goes
+# with its transaction, gets it exclusively
+one_victim('shared to exclusive upgrade', undef,
+	[ qr/Process $pb waits for ExclusiveLock on rlock "dl:u"; blocked by process $pa\./,
+	  qr/Process $pa waits for ExclusiveLock on rlock "dl:u"; blocked by process $pb\./ ],
+	[ $a, "BEGIN; SELECT rlock_try_shared('dl:u');" ],
+	[ $b, "BEGIN; SELECT rlock_try_shared('dl:u');" ],
+	[ $a, "SELECT rlock_try('dl:u', '60 s');", 1 ],
+	[ $b, "SELECT rlock_try('dl:u', '60 s');", 1 ]);
 
 #---- three sessions: a row and two rlocks ----
 

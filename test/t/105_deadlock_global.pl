@@ -12,8 +12,7 @@
 #   one rlock waiter is the victim;
 # - an advisory lock on one instance closing a cycle through the other;
 # - shared holds waited for in exclusive mode; two readers on two
-#   instances upgrading (no wait: the first to ask gets 40P01 at once);
-#   fair locks crossed;
+#   instances upgrading; fair locks crossed;
 # - a Redisson client holding what one waits for: no victim, the wait runs
 #   out by its own bound;
 # - rlock.deadlock_detection = local: no victim across instances.
@@ -184,21 +183,25 @@ unlike($err, qr/ERROR/, 'the other session gets its lock and commits');
 
 #---- an upgrade across instances ----
 
-# two readers on two instances both upgrade: the first to ask gives way
-# at once, the other, alone then, gets the lock exclusively
+# two readers on two instances both upgrade: each waits for the other's
+# shared hold; one victim, the other then gets the lock exclusively
 $a->query_safe("BEGIN; SELECT rlock_try_shared('g:13')");
 $b->query_safe("BEGIN; SELECT rlock_try_shared('g:13')");
-$a->query("SELECT rlock_try('g:13', '60 s')");
-like($a->{stderr}, qr/ERROR:  40P01: lock "g:13" is held in shared mode by this session and by others/,
-	'upgrade across instances: the first to ask gets 40P01');
-$a->{stderr} = '';
-$a->query('ROLLBACK');
-$a->{stderr} = '';
-is($b->query_safe("SELECT rlock_try('g:13', '60 s')"), 't',
-	'upgrade across instances: the other takes it exclusively');
-is($n1->safe_psql('postgres', "SELECT rlock_try_shared('g:13')"), 'f',
-	'and the first instance sees it exclusive');
-$b->query_safe('COMMIT');
+RlockTest::send_query($a, "SELECT rlock_try('g:13', '60 s'); COMMIT;");
+RlockTest::waiting_in_sql($n1, 'g:13');
+$t0 = time;
+RlockTest::send_query($b, "SELECT rlock_try('g:13', '60 s'); COMMIT;");
+($v, $took) = victims($t0, $a, $b);
+is(scalar @$v, 1, 'an upgrade on each instance: one session fails with 40P01');
+note(sprintf('found after %.2f s', $took // -1));
+cmp_ok($took // 99, '<', 10 * 0.3, 'within ten deadlock_timeouts');
+($out, $err) = RlockTest::collect($v->[0]);
+like($err, qr/waits for ExclusiveLock on rlock "g:13"; blocked by process \d+ of instance "(one|two)"\./,
+	'the detail names the upgrades');
+$other = $v->[0] == $a ? $b : $a;
+($out, $err) = RlockTest::collect($other);
+unlike($err, qr/ERROR/, 'the other upgrades and commits');
+is($redis->cmd('EXISTS', 'g:13'), 0, 'and the lock is free after');
 
 #---- fair locks crossed between the instances ----
 

@@ -39,9 +39,14 @@
 -- session holding it exclusively and then shared holds ("mode" =
 -- "write", both fields), and its lease is not shortened, nor by a
 -- re-entry while the shared hold lasts (the reader's lease is the
--- hash's, and it may be the longer).  With any other
--- holder it is busy, as for anyone (the backend then refuses the upgrade
--- rather than wait: calls.c).
+-- hash's, and it may be the longer).  With other readers it is busy, as
+-- for anyone, with two differences for the wait: a mark,
+-- rlock_upgrade:{key} (no declared key, set under pcall: an ACL that
+-- does not name it costs the prompt wake-up only), that lasts 2 s and
+-- asks the release leaving one reader to publish (release_shared.lua),
+-- and a pttl of at most 1000 ms, so that the waiter tries again within a
+-- second of a Redisson reader's release, which publishes nothing while a
+-- reader remains.
 --
 -- The token is counted first: Redis does not undo a script's writes when
 -- a later command fails, and a counter that cannot be incremented must
@@ -65,14 +70,14 @@ if not held and not free then
 		end
 	end
 end
-local upgrade = false
+local reading = false
 if not held and not free and blocker == 1 and
-	redis.call('hlen', KEYS[1]) == 2 then
+	redis.call('hget', KEYS[1], 'mode') == 'read' then
 	local base, n = string.match(ARGV[2], '^(.*:)(%d+)$')
-	upgrade = n ~= nil and redis.call('hget', KEYS[1], 'mode') == 'read' and
-		redis.call('hexists', KEYS[1],
-			base .. string.format('%d', tonumber(n) + 1)) == 1
+	reading = n ~= nil and redis.call('hexists', KEYS[1],
+		base .. string.format('%d', tonumber(n) + 1)) == 1
 end
+local upgrade = reading and redis.call('hlen', KEYS[1]) == 2
 if free and not reentry and ARGV[4] ~= '' then
 	local yielded = redis.pcall('pttl', ARGV[4])
 	if type(yielded) == 'number' and yielded > 0 and yielded <= 100 then
@@ -102,7 +107,22 @@ if held or free or upgrade then
 	end
 	return {1, token, 0}
 end
-if reentry then
-	return {3, redis.call('pttl', KEYS[1]), blocker}
+local pttl = redis.call('pttl', KEYS[1])
+if reading then
+	-- an upgrade that other readers keep waiting: its mark asks the
+	-- release that leaves one reader to say so (release_shared.lua); a
+	-- Redisson reader's release says nothing, so it tries again within
+	-- a second whatever lease the lock has left
+	local mark = 'rlock_upgrade:' .. KEYS[1]
+	if not string.find(KEYS[1], '{', 1, true) then
+		mark = 'rlock_upgrade:{' .. KEYS[1] .. '}'
+	end
+	redis.pcall('set', mark, '1', 'px', 2000)
+	if pttl < 0 or pttl > 1000 then
+		pttl = 1000
+	end
 end
-return {0, redis.call('pttl', KEYS[1]), blocker}
+if reentry then
+	return {3, pttl, blocker}
+end
+return {0, pttl, blocker}

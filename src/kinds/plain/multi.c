@@ -377,7 +377,7 @@ multi_take(FunctionCallInfo fcinfo, bool session, bool bounded)
 	{
 		if (rlock_call_check(RLOCK_KIND_PLAIN, members[i].mode,
 							 &members[i].key))
-			rlock_call_refuse_upgrade(&members[i].key, true);
+			rlock_call_refuse_upgrade(&members[i].key);
 	}
 
 	PG_TRY();

@@ -10,6 +10,10 @@
 -- ARGV[5]  in a Redis Cluster: the unlock channel (see ../publish.lua)
 -- ARGV[6]  in a Redis Cluster: a second publish command, or none
 --
+-- A release that leaves one reader publishes "1" on the lock's channel
+-- when an upgrade waits (its mark rlock_upgrade:{key}, acquire.lua), so
+-- that the remaining reader, if it is the one waiting, may try.
+--
 -- Returns nil when the owner has no shared hold; 0 when the lock stays
 -- held (by the owner's remaining holds, their lease reset, or by others);
 -- when the lock was freed, 1 plus the number of subscribers its messages
@@ -49,6 +53,15 @@ end
 local longest = rlock_readers_left(name)
 if longest > 0 then
 	redis.call('pexpire', name, longest)
+	-- one reader left, which may be waiting to upgrade (its mark:
+	-- acquire.lua): "1" on the lock's channel lets it try
+	if redis.call('hlen', name) == 2 then
+		local mark = 'rlock_upgrade:' .. base
+		if redis.pcall('exists', mark) == 1 then
+			redis.pcall('del', mark)
+			rlock_publish(2, 4, '1')
+		end
+	end
 	return 0
 end
 return 1 + rlock_free(2, 4, '0')
