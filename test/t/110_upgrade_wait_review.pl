@@ -15,7 +15,8 @@
 #   rlock_session_release_shared lets the upgrader in at once;
 # - session forms: an upgrade for a token, one ended by lock_timeout;
 # - a reader gone without a message: the upgrader's next try, within a
-#   second, gets the lock;
+#   second, gets the lock, and so it does over a reader whose explicit
+#   lease ran out, whose field goes (its commit then fails, 40001);
 # - Redis restarted under a waiting upgrade: no 40P01, nothing left;
 # - a slow reader, deadlock_timeout 100 ms: the upgrader never gets
 #   40P01.
@@ -94,6 +95,14 @@ sub outcome
 	return ($victims, @won);
 }
 
+# Wait (5 s at most) until lock $k is gone from Redis: releases at the
+# end of a transaction are queued to the worker, not waited for.
+sub gone
+{
+	my ($k) = @_;
+	return RlockTest::wait_until(sub { !$redis->cmd('EXISTS', $k) }, 5);
+}
+
 #---- three upgraders ----
 
 for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
@@ -113,7 +122,7 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 	like(hash($k), qr/^:\d+=1,:\d+=1,mode=write$/, "$name: it alone holds the lock, both ways");
 	$_->query('ROLLBACK') for @s;
 	$_->{stderr} = '' for @s;
-	is($redis->cmd('EXISTS', $k), 0, "$name: nothing left");
+	ok(gone($k), "$name: nothing left");
 	is(held($k) . held($k, $node2), '', "$name: nor in rlock_locks");
 }
 
@@ -153,7 +162,7 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 	is($o, 't', 'then the exclusive waiter') or diag($e);
 	unlike($e, qr/40P01/, 'which was no victim');
 	$b->query_safe('COMMIT');
-	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
+	ok(gone($k), 'nothing left');
 }
 
 #---- two upgraders and an exclusive waiter queued before them ----
@@ -178,7 +187,7 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 	is($o, 't', 'then the exclusive waiter gets the lock') or diag($e);
 	unlike($e, qr/40P01/, 'no victim there');
 	$b->query_safe('COMMIT');
-	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
+	ok(gone($k), 'nothing left');
 }
 
 #---- upgrade waits ended by timeouts, cancel, terminate ----
@@ -220,7 +229,7 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 			"$name: and is gone");
 	}
 	$c->query_safe("SELECT rlock_session_release_shared('$k')");
-	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
+	ok(gone($k), 'nothing left');
 	$x->quit;
 }
 
@@ -238,7 +247,7 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 	like($o, qr/^t\|/, 'the upgrader gets the lock') or diag($e);
 	cmp_ok(($o =~ /^t\|(\d+\.\d+)/ ? $1 : 99) - $t0, '<', 1.5, 'promptly');
 	$a->query_safe('COMMIT');
-	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
+	ok(gone($k), 'nothing left');
 }
 
 #---- session forms: a token, a lock_timeout ----
@@ -264,7 +273,7 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 	is(held($k), 'shared/session/1,shared/transaction/1', 'the shared holds stay, nothing else');
 	$c->query_safe('COMMIT');
 	$a->query_safe("RESET lock_timeout; SELECT rlock_session_release_shared('$k')");
-	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
+	ok(gone($k), 'nothing left');
 }
 
 #---- a reader whose release publishes nothing ----
@@ -287,7 +296,29 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 	my $took = ($o =~ /^t\|(\d+\.\d+)/ ? $1 : 99) - $t0;
 	cmp_ok($took, '<', 1.8, sprintf('within its second (%.2f s)', $took));
 	$a->query_safe('COMMIT');
-	is($redis->cmd('EXISTS', $k), 0, 'nothing left');
+	ok(gone($k), 'nothing left');
+}
+
+#---- a reader whose lease ran out ----
+
+# a reader with an explicit lease holds the lock until it runs out, not
+# until its session gives it back: the upgrade waits for that, not more
+{
+	my $k = 'uw:lease';
+	$a->query_safe("BEGIN; SELECT rlock_try_shared('$k')");
+	$c->query_safe("BEGIN; SELECT rlock_try_shared('$k', '0 s', '1 s')");
+	my $t0 = time;
+	RlockTest::send_query($a, "SELECT rlock_try('$k', '6 s'), extract(epoch FROM clock_timestamp());");
+	my ($o, $e) = RlockTest::collect($a);
+	like($o, qr/^t\|/, 'the upgrade is granted once the other reader\'s lease ran out') or diag($e);
+	my $took = ($o =~ /^t\|(\d+\.\d+)/ ? $1 : 99) - $t0;
+	cmp_ok($took, '<', 3, sprintf('within a second of it (%.2f s)', $took));
+	like(hash($k), qr/^:\d+=1,:\d+=1,mode=write$/, 'the lapsed reader\'s field is gone');
+	$a->query_safe('COMMIT');
+	$c->query('COMMIT');
+	like($c->{stderr}, qr/40001/, 'the lapsed reader is told at its commit');
+	$c->{stderr} = '';
+	ok(gone($k), 'nothing left');
 }
 
 #---- Redis restarted under a waiting upgrade ----
@@ -332,7 +363,7 @@ for my $case ([ 'local reader', $c ], [ 'reader of the other instance', $d ])
 	is($e, '', "$name: the upgrade at the reader's commit");
 	like(hash($k), qr/^:\d+=1,:\d+=1,mode=write$/, "$name: both holds");
 	$a->query_safe('COMMIT');
-	is($redis->cmd('EXISTS', $k), 0, "$name: nothing left");
+	ok(gone($k), "$name: nothing left");
 }
 
 $_->quit for ($a, $b, $c, $d);

@@ -39,7 +39,9 @@
 -- session holding it exclusively and then shared holds ("mode" =
 -- "write", both fields), and its lease is not shortened, nor by a
 -- re-entry while the shared hold lasts (the reader's lease is the
--- hash's, and it may be the longer).  With other readers it is busy, as
+-- hash's, and it may be the longer).  Readers whose leases ran out
+-- count as gone, as in Redisson's read release, and their fields are
+-- taken out.  With other readers it is busy, as
 -- for anyone, with two differences for the wait: a mark,
 -- rlock_upgrade:{key} (no declared key, set under pcall: an ACL that
 -- does not name it costs the prompt wake-up only), that lasts 2 s and
@@ -71,13 +73,47 @@ if not held and not free then
 	end
 end
 local reading = false
+local mine
 if not held and not free and blocker == 1 and
 	redis.call('hget', KEYS[1], 'mode') == 'read' then
 	local base, n = string.match(ARGV[2], '^(.*:)(%d+)$')
-	reading = n ~= nil and redis.call('hexists', KEYS[1],
-		base .. string.format('%d', tonumber(n) + 1)) == 1
+	if n ~= nil then
+		mine = base .. string.format('%d', tonumber(n) + 1)
+		reading = redis.call('hexists', KEYS[1], mine) == 1
+	end
 end
-local upgrade = reading and redis.call('hlen', KEYS[1]) == 2
+-- the other readers, if any, must all be gone: a reader field none of
+-- whose timeout keys has time left holds nothing any more (Redisson's
+-- read release rule, ../readers.lua), only its session has not given it
+-- back yet; such fields go with the grant.  A field that is no reader's
+-- ("<uuid>:<n>") is a holder of unknown kind: busy.
+local upgrade = false
+local lapsed = {}
+if reading then
+	local tag = KEYS[1]
+	if not string.find(tag, '{', 1, true) then
+		tag = '{' .. tag .. '}'
+	end
+	upgrade = true
+	for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+		if field ~= 'mode' and field ~= mine then
+			local n = tonumber(redis.call('hget', KEYS[1], field))
+			local live = n == nil or not string.find(field, '^.+:%d+$')
+			for i = 1, math.min(n or 0, 1024) do
+				if live then
+					break
+				end
+				live = redis.call('pttl', tag .. ':' .. field ..
+					':rwlock_timeout:' .. i) > 0
+			end
+			if live then
+				upgrade = false
+				break
+			end
+			lapsed[#lapsed + 1] = field
+		end
+	end
+end
 if free and not reentry and ARGV[4] ~= '' then
 	local yielded = redis.pcall('pttl', ARGV[4])
 	if type(yielded) == 'number' and yielded > 0 and yielded <= 100 then
@@ -88,6 +124,9 @@ if held or free or upgrade then
 	local token = 0
 	if #KEYS > 1 then
 		token = redis.call('incr', KEYS[2])
+	end
+	if #lapsed > 0 then
+		redis.call('hdel', KEYS[1], unpack(lapsed))
 	end
 	redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'write')
 	if not (upgrade or (held and redis.call('hlen', KEYS[1]) > 2)) or
