@@ -395,6 +395,9 @@ is($redis->cmd('EXISTS', 'up:slow'), 0, 'after the slow reader: nothing left');
 	$a->query_safe("BEGIN; SELECT rlock_try('$k')");
 	is($java->call('r.1', 'read.trylock', $k, 0), 'false', 'upgraded: a Java reader is out');
 	$a->query_safe('COMMIT');
+	# the commit queues its release to the worker and does not wait for it
+	ok(RlockTest::wait_until(sub { hash($k) =~ /^:\d+=1,mode=read$/ }, 5),
+		'the exclusive hold given back: a read lock again');
 	is($java->call('r.1', 'read.trylock', $k, 0), 'true', 'exclusive hold given back: a Java reader joins');
 	is($java->call('w.1', 'write.trylock', $k, 0), 'false', 'a Java writer is still out');
 	$java->call('r.1', 'read.unlock', $k);
