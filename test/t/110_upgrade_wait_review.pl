@@ -17,6 +17,9 @@
 # - a reader gone without a message: the upgrader's next try, within a
 #   second, gets the lock, and so it does over a reader whose explicit
 #   lease ran out, whose field goes (its commit then fails, 40001);
+# - the other reader's backend terminated lets the upgrade in; the other
+#   reader waiting for a row the upgrader holds is a cycle whose victim
+#   is the upgrader;
 # - Redis restarted under a waiting upgrade: no 40P01, nothing left;
 # - a slow reader, deadlock_timeout 100 ms: the upgrader never gets
 #   40P01.
@@ -37,6 +40,10 @@ my $node2 = RlockTest::node('uw2', $redis, conf => [@conf]);
 
 my ($a, $b, $c) = map { RlockTest::session($node) } 1 .. 3;
 my $d = RlockTest::session($node2);
+$node->safe_psql('postgres', q{
+	CREATE TABLE t (id int PRIMARY KEY, v int);
+	INSERT INTO t SELECT g, 0 FROM generate_series(1, 10) g;
+});
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
@@ -70,7 +77,8 @@ sub waits
 }
 
 # Pump @s until $want of them failed with 40P01 and the others ended,
-# 20 s at most; returns (victims, winners' outputs).
+# 20 s at most; returns (victims, winners' outputs), and marks each
+# session's {victim}.
 sub outcome
 {
 	my ($want, @s) = @_;
@@ -89,7 +97,8 @@ sub outcome
 	for my $s (@s)
 	{
 		my ($o, $e) = RlockTest::collect($s);
-		if ($e =~ /40P01/) { $victims++ }
+		$s->{victim} = ($e =~ /40P01/) ? 1 : 0;
+		if ($s->{victim}) { $victims++ }
 		else { push @won, $o; diag($e) if $e ne '' }
 	}
 	return ($victims, @won);
@@ -318,6 +327,39 @@ for my $case ([ 'one instance', $a, $b, $c ], [ 'two instances', $a, $b, $d ])
 	$c->query('COMMIT');
 	like($c->{stderr}, qr/40001/, 'the lapsed reader is told at its commit');
 	$c->{stderr} = '';
+	ok(gone($k), 'nothing left');
+}
+
+#---- the other reader ends otherwise ----
+
+{
+	# its backend terminated: its holds are given back, the upgrade gets in
+	my $k = 'uw:term';
+	my $x = RlockTest::session($node);
+	$x->query_safe("BEGIN; SELECT rlock_try_shared('$k')");
+	$a->query_safe("BEGIN; SELECT rlock_try_shared('$k')");
+	RlockTest::send_query($a, "SELECT rlock_try('$k', '20 s');");
+	ok(waits($a), 'the upgrade waits');
+	sql("SELECT pg_terminate_backend($x->{rlock_pid})");
+	my ($o, $e) = RlockTest::collect($a);
+	is($o, 't', 'the other reader terminated: the upgrade gets in') or diag($e);
+	$a->query_safe('COMMIT');
+	ok(gone($k), 'nothing left');
+
+	# it waits for a row the upgrader holds: a cycle, one victim, the
+	# upgrader (the other's wait is PostgreSQL's), and the reader goes on
+	$k = 'uw:row';
+	$a->query_safe("BEGIN; SELECT rlock_try_shared('$k'); UPDATE t SET v = v + 1 WHERE id = 1");
+	$c->query_safe("BEGIN; SELECT rlock_try_shared('$k')");
+	RlockTest::send_query($a, "SELECT rlock_try('$k', '20 s');");
+	ok(waits($a), 'the upgrade waits');
+	RlockTest::send_query($c, "UPDATE t SET v = v + 1 WHERE id = 1;");
+	my ($victims, @won) = outcome(1, $a, $c);
+	is($victims, 1, 'a cycle through a row: one victim');
+	ok($a->{victim}, 'the upgrader is the victim');
+	$a->query('ROLLBACK');
+	$a->{stderr} = '';
+	$c->query_safe('COMMIT');
 	ok(gone($k), 'nothing left');
 }
 
