@@ -70,7 +70,7 @@ SELECT key, count FROM st_holds ORDER BY key;
 COMMIT;
 SELECT rlock_is_locked('st:p1'), rlock_is_locked('st:p2');
 
--- a member held shared only cannot be taken exclusively (40P01) and a
+-- a member held shared only cannot be taken exclusively (55000) and a
 -- member held as a fair lock not at all (55000): refused before anything
 -- is taken
 SELECT rlock_session_try_shared('st:m');

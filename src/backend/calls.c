@@ -81,7 +81,7 @@ void
 rlock_call_refuse_upgrade(const RlockKey *key)
 {
 	ereport(ERROR,
-			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("lock \"%s\" is held in shared mode by this session",
 					key->sql),
 			 errdetail("A set does not upgrade its members' shared holds."),
