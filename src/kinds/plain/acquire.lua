@@ -122,6 +122,13 @@ if free and not reentry and ARGV[4] ~= '' then
 end
 if held or free or upgrade then
 	local token = 0
+	-- whether the lease may only grow (the session's reader is there) is
+	-- read before any write: a read between two writes would track the
+	-- key again, and the second write would announce a change of our own
+	-- after the mark below (client-side tracking, worker/track.c)
+	local grow_only = upgrade or (held and redis.call('hlen', KEYS[1]) > 2)
+	local set_lease = not grow_only or
+		redis.call('pttl', KEYS[1]) < tonumber(ARGV[1])
 	if #KEYS > 1 then
 		token = redis.call('incr', KEYS[2])
 	end
@@ -129,8 +136,7 @@ if held or free or upgrade then
 		redis.call('hdel', KEYS[1], unpack(lapsed))
 	end
 	redis.call('hset', KEYS[1], ARGV[2], ARGV[3], 'mode', 'write')
-	if not (upgrade or (held and redis.call('hlen', KEYS[1]) > 2)) or
-		redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+	if set_lease then
 		redis.call('pexpire', KEYS[1], ARGV[1])
 	end
 	-- our own write untracked the key: a read tracks it again, so that

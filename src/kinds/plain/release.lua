@@ -30,9 +30,11 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
 	return nil
 end
 if tonumber(ARGV[2]) > 0 then
+	-- read before the first write, as acquire.lua does
+	local set_lease = redis.call('hlen', KEYS[1]) <= 2 or
+		redis.call('pttl', KEYS[1]) < tonumber(ARGV[3])
 	redis.call('hset', KEYS[1], ARGV[1], ARGV[2])
-	if redis.call('hlen', KEYS[1]) <= 2 or
-		redis.call('pttl', KEYS[1]) < tonumber(ARGV[3]) then
+	if set_lease then
 		redis.call('pexpire', KEYS[1], ARGV[3])
 	end
 	return 0
